@@ -1,0 +1,105 @@
+"""Any OpenAI-compatible ``/embeddings`` endpoint."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+
+from convmem.embed.base import Vectors, normalise_rows
+from convmem.errors import EmbedderError
+
+__all__ = ["OpenAIEmbedder"]
+
+logger = logging.getLogger(__name__)
+
+
+class OpenAIEmbedder:
+    """Embeds through ``POST {base_url}/embeddings``.
+
+    Args:
+        base_url: for example ``https://api.example.com/v1`` or a local server.
+        model: the model name the endpoint expects.
+        api_key: sent as a bearer token when given.
+        dimension: the vector size; probed with one request when not given.
+        transport: an ``httpx`` transport (tests pass a local one).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        dimension: int | None = None,
+        batch_size: int = 64,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
+        self._model = model
+        self._base_url = base_url
+        self._batch_size = batch_size
+        self._dimension = dimension
+
+    @property
+    def model_id(self) -> str:
+        return f"openai:{self._model}"
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            self._dimension = int(self._request(["dimension probe"]).shape[1])
+        return self._dimension
+
+    def _request(self, batch: list[str]) -> Vectors:
+        try:
+            response = self._client.post("/embeddings", json={"model": self._model, "input": batch})
+        except httpx.HTTPError as exc:
+            raise EmbedderError(f"Embedding endpoint {self._base_url} failed: {exc}") from exc
+        if response.status_code != 200:
+            raise EmbedderError(
+                f"Embedding endpoint {self._base_url} answered {response.status_code}: "
+                f"{response.text[:200]}"
+            )
+        try:
+            payload: Any = response.json()
+            items = sorted(payload["data"], key=lambda item: item["index"])
+            matrix = np.asarray([item["embedding"] for item in items], dtype=np.float32)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbedderError(
+                f"Embedding endpoint {self._base_url} returned an unexpected body: {exc}"
+            ) from exc
+        if matrix.ndim != 2 or matrix.shape[0] != len(batch):
+            raise EmbedderError(
+                f"Embedding endpoint {self._base_url} returned {matrix.shape[0]} vectors "
+                f"for {len(batch)} texts"
+            )
+        logger.info("embedded %d texts via %s", len(batch), self._base_url)
+        return matrix
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        parts = [
+            self._request(list(texts[start : start + self._batch_size]))
+            for start in range(0, len(texts), self._batch_size)
+        ]
+        matrix = np.concatenate(parts, axis=0)
+        if self._dimension is None:
+            self._dimension = int(matrix.shape[1])
+        elif matrix.shape[1] != self._dimension:
+            raise EmbedderError(
+                f"Embedding endpoint {self._base_url} returned {matrix.shape[1]}-d vectors; "
+                f"expected {self._dimension}"
+            )
+        return normalise_rows(matrix)
+
+    def close(self) -> None:
+        self._client.close()

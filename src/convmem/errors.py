@@ -1,0 +1,85 @@
+"""The convmem exception tree.
+
+Every error convmem raises on purpose derives from :class:`ConvmemError`; each also
+derives from the builtin a caller would naturally catch::
+
+    ConvmemError
+    ├── InvalidInputError (ValueError)        bad turns, filters, hints, ranges; names the field
+    │   ├── TurnConflictError                 a turn id already stored with other text
+    │   └── FilterError                       an unknown filter key, operator or value type
+    ├── NotFoundError (LookupError)           no such job, chunk, conversation
+    ├── EmbeddingMismatchError                the store was built with another model or dimension
+    ├── EmbedderError (RuntimeError)          a model could not be loaded or failed to embed
+    ├── StoreError (RuntimeError)             the store failed or is closed
+    └── FlushTimeoutError (TimeoutError)      the index backlog did not drain in time
+
+Messages say what happened, the offending value, and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConvmemError",
+    "EmbedderError",
+    "EmbeddingMismatchError",
+    "FilterError",
+    "FlushTimeoutError",
+    "InvalidInputError",
+    "NotFoundError",
+    "StoreError",
+    "TurnConflictError",
+]
+
+
+class ConvmemError(Exception):
+    """Root of every error convmem raises on purpose."""
+
+
+class InvalidInputError(ConvmemError, ValueError):
+    """Input was rejected; nothing from the rejected call was stored.
+
+    Attributes:
+        field: the first offending field, as a path such as ``turns[3].text``.
+        errors: every problem found, each ``{"field", "message"}``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        errors: list[dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.field = field
+        self.errors = errors if errors is not None else [{"field": field, "message": message}]
+
+
+class TurnConflictError(InvalidInputError):
+    """A turn id is already stored with different text (turns are immutable once accepted)."""
+
+
+class FilterError(InvalidInputError):
+    """A search filter names an unknown field or operator, or a value of the wrong type."""
+
+
+class NotFoundError(ConvmemError, LookupError):
+    """The job, chunk or conversation does not exist in this tenant."""
+
+
+class EmbeddingMismatchError(ConvmemError):
+    """The store holds vectors from another embedding model or dimension."""
+
+
+class EmbedderError(ConvmemError, RuntimeError):
+    """An embedding model could not be loaded, or failed on a batch."""
+
+
+class StoreError(ConvmemError, RuntimeError):
+    """The store failed, or was used after close."""
+
+
+class FlushTimeoutError(ConvmemError, TimeoutError):
+    """``flush`` gave up while index jobs were still pending."""

@@ -1,0 +1,201 @@
+"""Semantic-first incremental chunking over turns.
+
+A *unit* is a user turn with the assistant/tool/system turns that answer it (a run of
+non-user turns before the first user turn is a unit of its own). Chunks are filled
+greedily with whole units up to ``max_chars`` characters and ``max_turns`` turns, and
+begin with the last ``overlap_turns`` turns of the previous chunk. A unit too large to
+fit on its own is cut at turn boundaries.
+
+The plan is a pure function of the turns after a *frontier* (the end of the last final
+chunk) and the carried overlap turns. A chunk is **final** once the decision that closed
+it cannot change when more turns arrive: the next unit did not fit (a unit only grows),
+or the chunk was cut from an oversized unit. The last chunk is otherwise
+**provisional**: it is searchable at once and superseded when the conversation grows.
+Because of this, feeding a conversation in any split of batches gives the same final
+chunks, and the same live chunks, as feeding it at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from convmem.ingest.ids import chunk_id
+from convmem.models import ChunkMetadata, ChunkRecord
+from convmem.text import is_mostly_cjk, keywords, tokenize
+
+__all__ = ["ChunkPlan", "ChunkTurn", "ChunkingPolicy", "plan_chunks", "render_chunk"]
+
+ZH_ROLE_LABELS = {"user": "用户", "assistant": "助手", "tool": "工具", "system": "系统"}
+EN_ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system": "System"}
+
+
+@dataclass(frozen=True)
+class ChunkingPolicy:
+    """How dialogue is cut. Changing any limit means a new ``version``."""
+
+    max_chars: int = 600
+    max_turns: int = 4
+    overlap_turns: int = 1
+    version: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_chars < 1 or self.max_turns < 1:
+            raise ValueError("max_chars and max_turns must be >= 1")
+        if not 0 <= self.overlap_turns < self.max_turns:
+            raise ValueError("overlap_turns must be >= 0 and smaller than max_turns")
+
+
+@dataclass(frozen=True)
+class ChunkTurn:
+    """A cleaned turn as the chunker sees it."""
+
+    seq: int
+    role: str
+    text: str
+    timestamp: datetime
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """One planned chunk: its turns (carry included), and whether it is final."""
+
+    turns: tuple[ChunkTurn, ...]
+    final: bool
+    carry_out: tuple[ChunkTurn, ...] = field(default=())
+
+    @property
+    def start(self) -> int:
+        return self.turns[0].seq
+
+    @property
+    def end(self) -> int:
+        return self.turns[-1].seq
+
+
+def _unit_end(turns: Sequence[ChunkTurn], pos: int) -> int:
+    end = pos + 1
+    while end < len(turns) and turns[end].role != "user":
+        end += 1
+    return end
+
+
+def plan_chunks(
+    turns: Sequence[ChunkTurn], carry: Sequence[ChunkTurn], policy: ChunkingPolicy
+) -> list[ChunkPlan]:
+    """Plan chunks for ``turns`` (all after the frontier), starting with ``carry``."""
+
+    def fits(candidate: Sequence[ChunkTurn]) -> bool:
+        return (
+            len(candidate) <= policy.max_turns
+            and sum(len(turn.text) for turn in candidate) <= policy.max_chars
+        )
+
+    plans: list[ChunkPlan] = []
+    carry_in: list[ChunkTurn] = list(carry)
+    pos = 0
+    count = len(turns)
+    while pos < count:
+        use_carry = carry_in
+        new: list[ChunkTurn] = []
+        final = False
+        first = True
+        while pos < count:
+            unit_end = _unit_end(turns, pos)
+            unit = list(turns[pos:unit_end])
+            if first:
+                first = False
+                if fits(use_carry + unit):
+                    pass
+                elif fits(unit):
+                    use_carry = []
+                else:
+                    # Oversized unit: cut at turn boundaries; its first turn is always taken.
+                    if not fits(use_carry + unit[:1]):
+                        use_carry = []
+                    taken = 1
+                    while taken < len(unit) and fits(use_carry + unit[: taken + 1]):
+                        taken += 1
+                    new = unit[:taken]
+                    pos += taken
+                    final = True
+                    break
+            elif not fits(use_carry + new + unit):
+                final = True
+                break
+            new.extend(unit)
+            pos = unit_end
+        chunk_turns = tuple(use_carry + new)
+        carry_out = chunk_turns[-policy.overlap_turns :] if policy.overlap_turns else ()
+        plans.append(ChunkPlan(turns=chunk_turns, final=final, carry_out=carry_out))
+        carry_in = list(carry_out)
+    return plans
+
+
+def _participants(turns: Sequence[ChunkTurn], chinese: bool) -> list[str]:
+    seen: list[str] = []
+    for turn in turns:
+        label = turn.name or (("用户" if chinese else "user") if turn.role == "user" else None)
+        if label and label not in seen:
+            seen.append(label)
+    return seen
+
+
+def _date_span(turns: Sequence[ChunkTurn], chinese: bool) -> str:
+    first = turns[0].timestamp.date().isoformat()
+    last = turns[-1].timestamp.date().isoformat()
+    if first == last:
+        return first
+    return f"{first} 至 {last}" if chinese else f"{first} to {last}"
+
+
+def render_chunk(
+    conversation_id: str,
+    plan: ChunkPlan,
+    policy: ChunkingPolicy,
+    *,
+    tenant: str = "default",
+) -> ChunkRecord:
+    """Build the ``ChunkRecord`` for a plan: context prefix fixed into the text, seed metadata."""
+    turns = plan.turns
+    chinese = is_mostly_cjk(" ".join(turn.text for turn in turns))
+    labels = ZH_ROLE_LABELS if chinese else EN_ROLE_LABELS
+    body_tokens = [token for turn in turns for token in tokenize(turn.text)]
+    topics = keywords(body_tokens, limit=3)
+    people = _participants(turns, chinese)
+    speakers: list[str] = []
+    for turn in turns:
+        if turn.role not in speakers:
+            speakers.append(turn.role)
+    date = _date_span(turns, chinese)
+    if chinese:
+        who = "与".join(people) if people else "对话"
+        topic = "、".join(topics) if topics else "日常"
+        prefix = f"[上下文：{date} {who}在讨论：{topic}]"
+    else:
+        who = " and ".join(people) if people else "conversation"
+        topic = ", ".join(topics) if topics else "general"
+        prefix = f"[Context: {date}; {who}; topics: {topic}]"
+    lines = [prefix]
+    for turn in turns:
+        label = turn.name or labels.get(turn.role, turn.role)
+        lines.append(f"{label}: {turn.text}")
+    metadata = ChunkMetadata(
+        conversation_id=conversation_id,
+        turn_range=(plan.start, plan.end),
+        timestamp_range=(turns[0].timestamp.isoformat(), turns[-1].timestamp.isoformat()),
+        participants=people,
+        speakers=speakers,
+        intent_tag="dialogue",
+        chunk_version=policy.version,
+        deleted=False,
+        tenant=tenant,
+        provisional=not plan.final,
+    )
+    return ChunkRecord(
+        chunk_id=chunk_id(conversation_id, plan.start, plan.end, policy.version),
+        text="\n".join(lines),
+        metadata=metadata,
+    )

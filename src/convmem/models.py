@@ -1,0 +1,315 @@
+"""Data contracts (pydantic v2, immutable).
+
+``Turn`` is seed 001's MemoryEvent and seed 002's CanonicalTurnV1: one message of a
+conversation. ``ChunkRecord`` is seed 001's retrievable evidence unit.
+
+Turn ids are an int (>= 0) or a string that ends in decimal digits (``"t0007"``,
+``"turn-12"``); the digits give the turn's sequence number (``"t0007"`` -> 7), which
+orders turns and is what ``turn_range`` counts. Within one conversation each sequence
+number names exactly one turn.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from convmem.errors import InvalidInputError
+
+__all__ = [
+    "ROLES",
+    "AddTurnsReceipt",
+    "ChunkMetadata",
+    "ChunkRecord",
+    "FlushResult",
+    "Hit",
+    "JobInfo",
+    "Role",
+    "Turn",
+    "parse_turns",
+    "turn_sequence",
+]
+
+Role = Literal["user", "assistant", "tool", "system"]
+ROLES: tuple[str, ...] = ("user", "assistant", "tool", "system")
+
+_STRING_ID = re.compile(r"^(?:[^\d]*?)(\d+)$")
+MAX_ID_LENGTH = 200
+
+
+def turn_sequence(turn_id: int | str) -> int:
+    """Return the sequence number a turn id stands for.
+
+    Raises:
+        InvalidInputError: the id is negative, empty, too long, or a string that does not
+            end in digits.
+    """
+    if isinstance(turn_id, bool):
+        raise InvalidInputError(
+            f"turn_id must be an int or a string ending in digits, got the boolean {turn_id}",
+            field="turn_id",
+        )
+    if isinstance(turn_id, int):
+        if turn_id < 0:
+            raise InvalidInputError(
+                f"turn_id must be >= 0, got {turn_id}", field="turn_id"
+            )
+        return turn_id
+    if not turn_id or len(turn_id) > MAX_ID_LENGTH:
+        raise InvalidInputError(
+            f"turn_id must be 1..{MAX_ID_LENGTH} characters, got {len(turn_id)}",
+            field="turn_id",
+        )
+    match = _STRING_ID.match(turn_id)
+    if match is None:
+        raise InvalidInputError(
+            f"turn_id {turn_id!r} does not end in digits; use an int or an id like 't0007' "
+            "whose trailing digits give the turn's order",
+            field="turn_id",
+        )
+    return int(match.group(1))
+
+
+def _check_unicode(value: str, what: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} is not valid UTF-8 (lone surrogate at character {exc.start}); "
+            "send the text as UTF-8"
+        ) from None
+    return value
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class Turn(_Frozen):
+    """One message of a conversation (seed 001 MemoryEvent, seed 002 CanonicalTurnV1).
+
+    ``speaker`` is accepted as an alias of ``role`` and ``timestamp_iso`` of ``timestamp``.
+    A missing timestamp becomes the time the turn is accepted.
+    """
+
+    turn_id: int | str
+    role: Role
+    text: str
+    timestamp: datetime | None = None
+    name: str | None = Field(default=None, max_length=200)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for alias, field in (("speaker", "role"), ("timestamp_iso", "timestamp")):
+            if alias in data:
+                value = data.pop(alias)
+                if field in data and data[field] != value:
+                    raise ValueError(f"{alias!r} and {field!r} disagree; send one of them")
+                data[field] = value
+        data.pop("conversation_id", None)  # the conversation is named by the call
+        if isinstance(data.get("text"), bytes | bytearray):
+            try:
+                data["text"] = bytes(data["text"]).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"text is not valid UTF-8 (bad byte at offset {exc.start}); "
+                    "decode it before sending"
+                ) from None
+        return data
+
+    @field_validator("turn_id")
+    @classmethod
+    def _turn_id(cls, value: int | str) -> int | str:
+        try:
+            turn_sequence(value)
+        except InvalidInputError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        _check_unicode(value, "text")
+        if not value.strip():
+            raise ValueError("text is empty; send the turn's words, or leave the turn out")
+        return value
+
+    @field_validator("timestamp")
+    @classmethod
+    def _timestamp(cls, value: datetime | None) -> datetime | None:
+        if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+            raise ValueError(
+                f"timestamp {value.isoformat()} has no time zone; add one, "
+                "for example 2026-02-02T10:15:30+08:00 or ...Z"
+            )
+        return value
+
+    @property
+    def seq(self) -> int:
+        """The turn's sequence number (see the module docstring)."""
+        return turn_sequence(self.turn_id)
+
+
+def parse_turns(turns: list[Any], *, max_text_chars: int) -> list[Turn]:
+    """Validate raw turns (dicts or ``Turn``), collecting every problem with its field path.
+
+    Raises:
+        InvalidInputError: with ``errors`` listing each problem as ``turns[i].field``.
+    """
+    if not isinstance(turns, list | tuple):
+        raise InvalidInputError(
+            f"turns must be a list of turns, got {type(turns).__name__}", field="turns"
+        )
+    if not turns:
+        raise InvalidInputError("turns is empty; send at least one turn", field="turns")
+    parsed: list[Turn] = []
+    errors: list[dict[str, Any]] = []
+    for index, raw in enumerate(turns):
+        try:
+            turn = raw if isinstance(raw, Turn) else Turn.model_validate(raw)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = ".".join(str(part) for part in err["loc"])
+                field = f"turns[{index}].{loc}" if loc else f"turns[{index}]"
+                message = str(err["msg"]).removeprefix("Value error, ")
+                errors.append({"field": field, "message": message})
+            continue
+        if len(turn.text) > max_text_chars:
+            errors.append(
+                {
+                    "field": f"turns[{index}].text",
+                    "message": f"text has {len(turn.text)} characters, more than the limit "
+                    f"of {max_text_chars}; split the turn or raise max_text_chars",
+                }
+            )
+        parsed.append(turn)
+    if not errors:
+        seqs = [turn.seq for turn in parsed]
+        for index in range(1, len(seqs)):
+            if seqs[index] <= seqs[index - 1]:
+                errors.append(
+                    {
+                        "field": f"turns[{index}].turn_id",
+                        "message": f"turn ids must increase within a batch: "
+                        f"{parsed[index].turn_id!r} (sequence {seqs[index]}) follows "
+                        f"{parsed[index - 1].turn_id!r} (sequence {seqs[index - 1]})",
+                    }
+                )
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise InvalidInputError(
+            f"{first['field']}: {first['message']}{more}", field=first["field"], errors=errors
+        )
+    return parsed
+
+
+class ChunkMetadata(BaseModel):
+    """Seed 001 chunk metadata plus tenant and governance fields."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    conversation_id: str
+    turn_range: tuple[int, int]
+    timestamp_range: tuple[str, str] | None = None
+    participants: list[str] = Field(default_factory=list)
+    speakers: list[str] = Field(default_factory=list)
+    intent_tag: str = "dialogue"
+    chunk_version: int = 1
+    deleted: bool = False
+    tenant: str = "default"
+    provisional: bool = False
+    importance: float | None = None
+    category: str | None = None
+    expires_at: str | None = None
+    pinned: bool = False
+    requires_confirmation: bool = False
+
+    @field_validator("turn_range")
+    @classmethod
+    def _range(cls, value: tuple[int, int]) -> tuple[int, int]:
+        if value[0] < 0 or value[1] < value[0]:
+            raise ValueError(f"turn_range {list(value)} must be [start, end] with 0 <= start <= end")
+        return value
+
+
+class ChunkRecord(BaseModel):
+    """A retrievable evidence unit (seed 001 ChunkRecord)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    chunk_id: str
+    text: str
+    metadata: ChunkMetadata
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        _check_unicode(value, "text")
+        if not value.strip():
+            raise ValueError("chunk text is empty")
+        return value
+
+
+class Hit(BaseModel):
+    """One search result. ``score``: higher is better."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chunk_id: str
+    score: float
+    text: str
+    metadata: dict[str, Any]
+    tier: str = "MTM"
+
+
+class AddTurnsReceipt(BaseModel):
+    """What ``Memory.add_turns`` durably accepted."""
+
+    model_config = ConfigDict(frozen=True)
+
+    conversation_id: str
+    accepted_turn_ids: list[int | str]
+    duplicate_turn_ids: list[int | str]
+    job_id: int | None
+    accepted_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+
+class JobInfo(BaseModel):
+    """State of one index job."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: int
+    conversation_id: str
+    status: Literal["pending", "running", "done", "failed"]
+    attempts: int
+    error_code: str | None
+    error_message: str | None
+    next_retry_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class FlushResult(BaseModel):
+    """What ``Memory.flush`` saw when the backlog drained."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pending: int
+    failed: int

@@ -1,0 +1,742 @@
+"""The ``Memory`` facade: write path, index worker and read path over one store."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from convmem.embed import Embedder, EmbeddingService, resolve_embedder
+from convmem.errors import (
+    ConvmemError,
+    EmbedderError,
+    EmbeddingMismatchError,
+    FlushTimeoutError,
+    InvalidInputError,
+    StoreError,
+)
+from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
+from convmem.metrics import Counter, Histogram
+from convmem.models import AddTurnsReceipt, ChunkRecord, FlushResult, Hit, JobInfo, parse_turns
+from convmem.store import SQLiteStore, open_store, parse_filters
+from convmem.store.ann import AnnIndex
+from convmem.store.sqlite import ClaimedJob, IndexedChunk, StoredTurn, worker_identity
+from convmem.text import clean_text, tokenize
+
+__all__ = ["DeleteResult", "Memory", "UpsertResult"]
+
+logger = logging.getLogger(__name__)
+
+MAX_CONVERSATION_ID = 200
+RRF_K = 60
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """Seed ``logical_delete_by_source`` result plus what was cascaded."""
+
+    deleted: int
+    turns_deleted: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    """Seed ``upsert_vector_records`` result."""
+
+    upserted: int
+    updated: int
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Metrics:
+    chunks_ingested: Counter = field(default_factory=lambda: Counter("chunks_ingested_total"))
+    upsert_failures: Counter = field(default_factory=lambda: Counter("upsert_failures_total"))
+    job_retries: Counter = field(default_factory=lambda: Counter("job_retries_total"))
+    turns_accepted: Counter = field(default_factory=lambda: Counter("turns_accepted_total"))
+    search_latency: Histogram = field(default_factory=lambda: Histogram("search_seconds"))
+    index_latency: Histogram = field(default_factory=lambda: Histogram("index_batch_seconds"))
+
+
+@dataclass
+class _Engine:
+    """What every tenant view of one opened store shares."""
+
+    store: SQLiteStore
+    embedding: EmbeddingService
+    chunking: ChunkingPolicy
+    max_text_chars: int
+    retry_base_seconds: float
+    retry_max_seconds: float
+    max_attempts: int
+    lease_seconds: float
+    job_batch: int
+    metrics: _Metrics = field(default_factory=_Metrics)
+    wake: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+    workers: list[threading.Thread] = field(default_factory=list)
+    ann: dict[str, AnnIndex] = field(default_factory=dict)
+    ann_lock: threading.Lock = field(default_factory=threading.Lock)
+    ann_min_rows: int = 20000
+    closed: bool = False
+
+
+def _check_conversation_id(conversation_id: Any) -> str:
+    if not isinstance(conversation_id, str) or not conversation_id.strip():
+        raise InvalidInputError(
+            "conversation_id must be a non-empty string", field="conversation_id"
+        )
+    if len(conversation_id) > MAX_CONVERSATION_ID:
+        raise InvalidInputError(
+            f"conversation_id has {len(conversation_id)} characters; the limit is "
+            f"{MAX_CONVERSATION_ID}",
+            field="conversation_id",
+        )
+    try:
+        conversation_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError("conversation_id is not valid UTF-8", field="conversation_id") from None
+    return conversation_id
+
+
+def _check_range(turn_range: Any) -> tuple[int, int]:
+    if (
+        not isinstance(turn_range, list | tuple)
+        or len(turn_range) != 2
+        or any(isinstance(v, bool) or not isinstance(v, int) for v in turn_range)
+        or turn_range[0] < 0
+        or turn_range[1] < turn_range[0]
+    ):
+        raise InvalidInputError(
+            f"turn_range must be [start, end] with integers 0 <= start <= end, got {turn_range!r}",
+            field="turn_range",
+        )
+    return int(turn_range[0]), int(turn_range[1])
+
+
+def _error_code(exc: BaseException) -> str:
+    if isinstance(exc, EmbedderError):
+        return "embedder_error"
+    if isinstance(exc, StoreError):
+        return "store_error"
+    if isinstance(exc, ConvmemError):
+        return "convmem_error"
+    return "internal_error"
+
+
+class Memory:
+    """Long-term conversation memory over one store.
+
+    Open with :meth:`open`; use as a context manager. One ``Memory`` is bound to a tenant;
+    :meth:`for_tenant` gives a view of another tenant sharing the store and workers.
+    """
+
+    def __init__(self, engine: _Engine, tenant: str) -> None:
+        self._engine = engine
+        self._tenant = tenant
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        embedder: Embedder | None = None,
+        tenant: str = "default",
+        chunking: ChunkingPolicy | None = None,
+        workers: int = 1,
+        durability: str = "full",
+        max_text_chars: int = 32000,
+        retry_base_seconds: float = 1.0,
+        retry_max_seconds: float = 300.0,
+        max_attempts: int = 12,
+        lease_seconds: float = 120.0,
+        job_batch: int = 64,
+        allow_model_change: bool = False,
+        model_cache_dir: Path | None = None,
+        ann_min_rows: int = 20000,
+    ) -> Memory:
+        """Open (or create) a memory store.
+
+        Args:
+            url: ``sqlite:///path.db`` or a file path; None: ``memory.db`` in the user data
+                directory.
+            embedder: the embedding model. None: the model the store was built with, or for
+                a new store bge-small-zh-v1.5 from the local cache, else the hashing embedder.
+            tenant: the tenant this handle reads and writes.
+            workers: index worker threads to start (0: none; run ``convmem worker`` or
+                :meth:`run_pending`).
+            durability: ``"full"`` fsyncs every acknowledged write; ``"normal"`` survives a
+                process crash but not a power loss.
+            allow_model_change: open a store built with another model (for ``reindex``).
+            ann_min_rows: tenant-wide searches use the HNSW index once a tenant has this many
+                vectors; below it they scan exactly.
+
+        Raises:
+            EmbeddingMismatchError: the store holds vectors from another model or dimension.
+        """
+        _check_tenant(tenant)
+        store = open_store(url, durability=durability)
+        try:
+            recorded = store.embedding_model()
+            if embedder is None:
+                spec = recorded[0] if recorded else "auto"
+                embedder = resolve_embedder(spec, cache_dir=model_cache_dir)
+            if recorded is None:
+                store.set_embedding_model(embedder.model_id, embedder.dimension)
+            elif (embedder.model_id, embedder.dimension) != recorded and not allow_model_change:
+                raise EmbeddingMismatchError(
+                    f"Store at {store.url} holds {recorded[1]}-d vectors from '{recorded[0]}'; "
+                    f"the configured embedder gives {embedder.dimension}-d "
+                    f"'{embedder.model_id}'. Run 'convmem reindex' to re-embed with the new "
+                    "model, or open the store with the old one."
+                )
+            store.recover_dead_claims()
+        except BaseException:
+            store.close()
+            raise
+        engine = _Engine(
+            store=store,
+            embedding=EmbeddingService.get_instance(embedder),
+            chunking=chunking or ChunkingPolicy(),
+            max_text_chars=max_text_chars,
+            retry_base_seconds=retry_base_seconds,
+            retry_max_seconds=retry_max_seconds,
+            max_attempts=max_attempts,
+            lease_seconds=lease_seconds,
+            job_batch=job_batch,
+            ann_min_rows=ann_min_rows,
+        )
+        memory = cls(engine, tenant)
+        for index in range(workers):
+            thread = threading.Thread(
+                target=memory._worker_loop, name=f"convmem-worker-{index}", daemon=True
+            )
+            engine.workers.append(thread)
+            thread.start()
+        logger.info("opened %s (tenant %s, model %s)", store.url, tenant, embedder.model_id)
+        return memory
+
+    def for_tenant(self, tenant: str) -> Memory:
+        """A view of ``tenant`` on the same store and workers."""
+        _check_tenant(tenant)
+        return Memory(self._engine, tenant)
+
+    @property
+    def tenant(self) -> str:
+        return self._tenant
+
+    @property
+    def store(self) -> SQLiteStore:
+        return self._engine.store
+
+    @property
+    def embedding(self) -> EmbeddingService:
+        return self._engine.embedding
+
+    def close(self) -> None:
+        """Stop workers (in-flight jobs are released, not lost) and close the store."""
+        engine = self._engine
+        if engine.closed:
+            return
+        engine.stop.set()
+        engine.wake.set()
+        for thread in engine.workers:
+            thread.join(timeout=30)
+        try:
+            engine.store.release_worker(worker_identity().rsplit(":", 1)[0] + ":")
+        except StoreError:
+            pass
+        for index in engine.ann.values():
+            index.save()
+        engine.closed = True
+        engine.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- write path --------------------------------------------------------------------
+
+    def add_turns(self, conversation_id: str, turns: Sequence[Any]) -> AddTurnsReceipt:
+        """Validate and durably store turns with an index job, then acknowledge.
+
+        Turns are dicts or :class:`~convmem.models.Turn`. Re-sent identical turns are
+        reported as duplicates and change nothing. A late turn (older than turns already
+        indexed, filling a gap) is accepted and the conversation is re-chunked from there.
+
+        Raises:
+            InvalidInputError: a field is invalid (``errors`` lists every problem); nothing
+                from this call is stored.
+            TurnConflictError: a turn id is already stored with other text.
+        """
+        conversation_id = _check_conversation_id(conversation_id)
+        parsed = parse_turns(list(turns), max_text_chars=self._engine.max_text_chars)
+        accepted_at = datetime.now(UTC)
+        accepted, duplicates, job_id = self._engine.store.add_turns(
+            self._tenant, conversation_id, parsed, accepted_at=accepted_at
+        )
+        self._engine.metrics.turns_accepted.inc(len(accepted))
+        if job_id is not None:
+            self._engine.wake.set()
+        return AddTurnsReceipt(
+            conversation_id=conversation_id,
+            accepted_turn_ids=accepted,
+            duplicate_turn_ids=duplicates,
+            job_id=job_id,
+            accepted_at=accepted_at,
+        )
+
+    def flush(self, timeout: float = 60.0) -> FlushResult:
+        """Wait until this tenant has no pending or running index jobs.
+
+        With no worker threads, runs the jobs in the calling thread.
+
+        Raises:
+            FlushTimeoutError: jobs were still pending after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            pending, failed = self._engine.store.backlog(self._tenant)
+            if pending == 0:
+                return FlushResult(pending=0, failed=failed)
+            if time.monotonic() >= deadline:
+                raise FlushTimeoutError(
+                    f"{pending} index jobs still pending after {timeout:g}s "
+                    f"({failed} failed); see Memory.jobs() for their errors"
+                )
+            if not self._engine.workers:
+                self.run_pending()
+                time.sleep(0.01)
+            else:
+                self._engine.wake.set()
+                time.sleep(0.01)
+
+    # -- worker ------------------------------------------------------------------------
+
+    def _worker_loop(self) -> None:
+        engine = self._engine
+        while not engine.stop.is_set():
+            try:
+                worked = self.run_pending()
+            except Exception:  # keep the worker alive; the failure is on the jobs
+                logger.exception("index worker pass failed")
+                worked = 0
+            if not worked:
+                engine.wake.wait(timeout=0.25)
+                engine.wake.clear()
+
+    def run_pending(self, *, limit: int | None = None) -> int:
+        """Claim and run one batch of ready index jobs (any tenant). Returns jobs finished."""
+        engine = self._engine
+        worker = worker_identity()
+        claimed = engine.store.claim_jobs(
+            worker, limit=limit or engine.job_batch, lease_seconds=engine.lease_seconds
+        )
+        if not claimed:
+            return 0
+        groups: dict[tuple[str, str], list[ClaimedJob]] = {}
+        for job in claimed:
+            groups.setdefault((job.tenant, job.conversation_id), []).append(job)
+        began = time.perf_counter()
+        done = 0
+        try:
+            prepared = [self._prepare(tenant, conv, jobs) for (tenant, conv), jobs in groups.items()]
+            self._embed_prepared(prepared)
+        except Exception as exc:
+            self._fail(claimed, exc)
+            return 0
+        for item in prepared:
+            try:
+                ok = engine.store.apply_index(
+                    item.tenant,
+                    item.conversation_id,
+                    expected_revision=item.revision,
+                    supersede_after=item.supersede_after,
+                    chunks=item.chunks,
+                    frontier=item.frontier,
+                    indexed_seq=item.indexed_seq,
+                    job_ids=[job.job_id for job in item.jobs],
+                    model_id=engine.embedding.model_id,
+                )
+            except Exception as exc:
+                engine.metrics.upsert_failures.inc()
+                self._fail(item.jobs, exc)
+                continue
+            if ok:
+                done += len(item.jobs)
+                engine.metrics.chunks_ingested.inc(len(item.chunks))
+            else:
+                engine.store.release_jobs([job.job_id for job in item.jobs])
+        engine.metrics.index_latency.observe(time.perf_counter() - began)
+        return done
+
+    def _fail(self, jobs: Sequence[ClaimedJob], exc: BaseException) -> None:
+        engine = self._engine
+        logger.warning(
+            "index jobs %s failed (%s): %s", [job.job_id for job in jobs], type(exc).__name__, exc
+        )
+        engine.metrics.job_retries.inc(len(jobs))
+        engine.store.fail_jobs(
+            [job.job_id for job in jobs],
+            error_code=_error_code(exc),
+            message=f"{type(exc).__name__}: {exc}",
+            base_delay=engine.retry_base_seconds,
+            max_delay=engine.retry_max_seconds,
+            max_attempts=engine.max_attempts,
+        )
+
+    def _prepare(self, tenant: str, conversation_id: str, jobs: list[ClaimedJob]) -> _Prepared:
+        engine = self._engine
+        store = engine.store
+        policy = engine.chunking
+        state = store.conversation_state(tenant, conversation_id)
+        frontier = state.frontier
+        if state.rewind_to is not None and frontier is not None and state.rewind_to <= frontier[1]:
+            frontier = store.last_final_chunk_before(tenant, conversation_id, state.rewind_to)
+        carry: list[StoredTurn] = []
+        if frontier is not None and policy.overlap_turns:
+            carry = store.load_turns(tenant, conversation_id, between=frontier)[
+                -policy.overlap_turns :
+            ]
+        after = frontier[1] if frontier is not None else -1
+        turns = store.load_turns(tenant, conversation_id, after=after)
+        plans = plan_chunks([_chunk_turn(t) for t in turns], [_chunk_turn(t) for t in carry], policy)
+        records = [render_chunk(conversation_id, plan, policy, tenant=tenant) for plan in plans]
+        new_frontier = frontier
+        for plan in plans:
+            if plan.final:
+                new_frontier = (plan.start, plan.end)
+        return _Prepared(
+            tenant=tenant,
+            conversation_id=conversation_id,
+            jobs=jobs,
+            revision=state.revision,
+            supersede_after=after,
+            records=records,
+            frontier=new_frontier,
+            indexed_seq=turns[-1].seq if turns else state.indexed_seq,
+        )
+
+    def _embed_prepared(self, prepared: Sequence[_Prepared]) -> None:
+        """Embed every new or changed chunk text of the batch in one call; reuse the rest."""
+        engine = self._engine
+        model_id = engine.embedding.model_id
+        todo: list[tuple[_Prepared, int]] = []
+        texts: list[str] = []
+        for item in prepared:
+            known = engine.store.chunk_fingerprints(
+                item.tenant, [record.chunk_id for record in item.records]
+            )
+            item.vectors = [None] * len(item.records)
+            for index, record in enumerate(item.records):
+                seen = known.get(record.chunk_id)
+                digest = hashlib.sha256(record.text.encode("utf-8")).hexdigest()
+                if seen is not None and seen[0] == digest and seen[1] == model_id:
+                    item.vectors[index] = np.frombuffer(seen[2], dtype=np.float32)
+                else:
+                    todo.append((item, index))
+                    texts.append(record.text)
+        matrix = engine.embedding.embed_array(texts) if texts else None
+        for position, (item, index) in enumerate(todo):
+            assert matrix is not None
+            item.vectors[index] = matrix[position]
+        for item in prepared:
+            item.chunks = [
+                IndexedChunk(record=record, vector=vector, tokens=tokenize(record.text))
+                for record, vector in zip(item.records, item.vectors, strict=True)
+                if vector is not None
+            ]
+
+    # -- read path ---------------------------------------------------------------------
+
+    def search(
+        self,
+        query_text: str,
+        top_k: int = 6,
+        filters: Mapping[str, Any] | None = None,
+        *,
+        candidates: int | None = None,
+    ) -> list[Hit]:
+        """Hybrid search: vector and BM25 candidates under the filters, fused by reciprocal rank.
+
+        Deleted and expired memory is never returned; every read is scoped to this tenant.
+
+        Raises:
+            InvalidInputError / FilterError: empty query, bad ``top_k`` or filters.
+        """
+        if not isinstance(query_text, str) or not query_text.strip():
+            raise InvalidInputError("query_text is empty; send the question to search for", field="query_text")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
+            raise InvalidInputError(f"top_k must be an integer in 1..1000, got {top_k!r}", field="top_k")
+        spec = parse_filters(filters, tenant=self._tenant)
+        began = time.perf_counter()
+        query = clean_text(query_text)
+        vector = self._engine.embedding.embed_array([query])[0]
+        began_store = time.perf_counter()
+        pool = candidates or max(50, top_k * 5)
+        vector_hits = self._vector_candidates(spec, vector, pool)
+        lexical_hits = self._engine.store.lexical(self._tenant, spec, tokenize(query), pool)
+        fused = _rrf([vector_hits, lexical_hits])[:top_k]
+        rows = self._engine.store.load_rows(self._tenant, [rowid for rowid, _ in fused])
+        hits = [
+            Hit(chunk_id=rows[rowid][0], score=round(score, 6), text=rows[rowid][1], metadata=rows[rowid][2])
+            for rowid, score in fused
+            if rowid in rows
+        ]
+        self._engine.metrics.search_latency.observe(time.perf_counter() - began_store)
+        logger.debug("search took %.2f ms", (time.perf_counter() - began) * 1000)
+        return hits
+
+    def _vector_candidates(self, spec: Any, vector: np.ndarray, pool: int) -> list[tuple[int, float]]:  # type: ignore[type-arg]
+        store = self._engine.store
+        if spec.conversation_id is not None:
+            return store.scan_vectors(self._tenant, spec, vector, pool)
+        index = self._ann()
+        if index is None:
+            return store.scan_vectors(self._tenant, spec, vector, pool)
+        return index.search(vector, pool, spec)
+
+    def _ann(self) -> AnnIndex | None:
+        engine = self._engine
+        with engine.ann_lock:
+            index = engine.ann.get(self._tenant)
+            if index is None:
+                index = AnnIndex(
+                    engine.store, self._tenant, engine.embedding.dimension, min_rows=engine.ann_min_rows
+                )
+                engine.ann[self._tenant] = index
+        return index if index.sync() else None
+
+    def embed_query(self, text: str) -> list[float]:
+        """The normalised query vector (seed ``embed_chunk``)."""
+        return self._engine.embedding.embed_chunk(clean_text(text) or text)
+
+    # -- update and delete -------------------------------------------------------------
+
+    def upsert_chunks(self, chunks: Sequence[ChunkRecord | Mapping[str, Any]]) -> UpsertResult:
+        """Embed and upsert caller-built chunks; the same ``chunk_id`` overwrites.
+
+        Invalid records are reported in ``errors`` and skipped; valid ones are stored.
+        """
+        records: list[ChunkRecord] = []
+        errors: list[str] = []
+        for index, raw in enumerate(chunks):
+            try:
+                record = raw if isinstance(raw, ChunkRecord) else ChunkRecord.model_validate(raw)
+            except Exception as exc:
+                errors.append(f"chunks[{index}]: {exc}")
+                continue
+            if record.metadata.deleted:
+                errors.append(f"chunks[{index}]: deleted records cannot be upserted; use delete")
+                continue
+            meta = record.metadata.model_copy(update={"tenant": self._tenant})
+            records.append(record.model_copy(update={"metadata": meta}))
+        if not records:
+            return UpsertResult(0, 0, errors)
+        vectors = self._engine.embedding.embed_array([record.text for record in records])
+        items = [
+            IndexedChunk(record=record, vector=vectors[i], tokens=tokenize(record.text))
+            for i, record in enumerate(records)
+        ]
+        try:
+            inserted, updated = self._engine.store.upsert_records(
+                self._tenant, items, model_id=self._engine.embedding.model_id
+            )
+        except StoreError as exc:
+            self._engine.metrics.upsert_failures.inc()
+            return UpsertResult(0, 0, [*errors, str(exc)])
+        return UpsertResult(inserted, updated, errors)
+
+    def update(self, chunk: ChunkRecord | Mapping[str, Any]) -> UpsertResult:
+        """Overwrite one chunk by its ``chunk_id`` (seed "更新")."""
+        return self.upsert_chunks([chunk])
+
+    def delete(
+        self,
+        conversation_id: str,
+        turn_range: Sequence[int] | None = None,
+        chunk_ids: Sequence[str] | None = None,
+    ) -> DeleteResult:
+        """Logically delete by ``(conversation_id, turn_range)`` or by chunk ids.
+
+        Deleting turns deletes every chunk that overlaps them; their surviving turns are
+        re-chunked. Deleting a dialogue chunk by id deletes its turns the same way. With
+        neither argument the whole conversation is deleted. Deleted memory is never
+        returned by any read; :meth:`purge` removes its text physically.
+        """
+        conversation_id = _check_conversation_id(conversation_id)
+        store = self._engine.store
+        deleted = turns_deleted = 0
+        errors: list[str] = []
+        ranges: list[tuple[int, int]] = []
+        if turn_range is not None:
+            ranges.append(_check_range(turn_range))
+        if chunk_ids is not None:
+            if isinstance(chunk_ids, str) or not all(isinstance(c, str) for c in chunk_ids):
+                raise InvalidInputError("chunk_ids must be a list of strings", field="chunk_ids")
+            sources = store.chunk_sources(self._tenant, list(chunk_ids))
+            api_ids = []
+            for chunk_id in chunk_ids:
+                source = sources.get(chunk_id)
+                if source is None:
+                    errors.append(f"chunk {chunk_id} not found (or already deleted)")
+                elif source[0] != conversation_id:
+                    errors.append(f"chunk {chunk_id} belongs to another conversation")
+                elif source[3] == "worker":
+                    ranges.append((source[1], source[2]))
+                else:
+                    api_ids.append(chunk_id)
+            deleted += store.delete_chunk_rows(self._tenant, api_ids) if api_ids else 0
+        if turn_range is None and chunk_ids is None:
+            ranges.append((0, 2**62))
+        for start, end in ranges:
+            chunks, turns, _ = store.delete_turns(self._tenant, conversation_id, (start, end))
+            deleted += chunks
+            turns_deleted += turns
+        self._engine.wake.set()
+        logger.info(
+            "deleted %d chunks and %d turns of a conversation in tenant %s",
+            deleted,
+            turns_deleted,
+            self._tenant,
+        )
+        return DeleteResult(deleted=deleted, turns_deleted=turns_deleted, errors=errors)
+
+    def purge(self) -> dict[str, int]:
+        """Physically remove the text of deleted chunks and turns (all tenants)."""
+        return self._engine.store.purge()
+
+    def reindex(self, *, batch_size: int = 256) -> int:
+        """Re-embed every live chunk from its stored text with this handle's embedder."""
+        engine = self._engine
+        count = 0
+        for rows in engine.store.iter_live_chunks(batch_size):
+            vectors = engine.embedding.embed_array([text for _, text in rows])
+            engine.store.replace_vectors(
+                [(rowid, vectors[i]) for i, (rowid, _) in enumerate(rows)], engine.embedding.model_id
+            )
+            count += len(rows)
+        engine.store.set_embedding_model(engine.embedding.model_id, engine.embedding.dimension)
+        for index in engine.ann.values():
+            index.reset()
+        logger.info("re-embedded %d chunks with %s", count, engine.embedding.model_id)
+        return count
+
+    # -- introspection -----------------------------------------------------------------
+
+    def job(self, job_id: int) -> JobInfo:
+        return self._engine.store.job(self._tenant, job_id)
+
+    def jobs(self, status: str | None = None, *, limit: int = 100) -> list[JobInfo]:
+        return self._engine.store.jobs(self._tenant, status=status, limit=limit)
+
+    def retry_job(self, job_id: int) -> JobInfo:
+        """Make a failed job ready to run now."""
+        info = self._engine.store.retry_job(self._tenant, job_id)
+        self._engine.wake.set()
+        return info
+
+    def recent_turns(self, conversation_id: str, limit: int = 20) -> list[StoredTurn]:
+        """The newest live turns of a conversation, oldest first."""
+        conversation_id = _check_conversation_id(conversation_id)
+        turns = self._engine.store.load_turns(
+            self._tenant, conversation_id, limit=limit, newest_first=True
+        )
+        return list(reversed(turns))
+
+    def status(self, conversation_id: str) -> dict[str, Any]:
+        """Backlog, last indexed turn and failed jobs of one conversation."""
+        conversation_id = _check_conversation_id(conversation_id)
+        state = self._engine.store.conversation_state(self._tenant, conversation_id)
+        failed = [
+            job.model_dump(mode="json")
+            for job in self._engine.store.jobs(self._tenant, status="failed")
+            if job.conversation_id == conversation_id
+        ]
+        return {
+            "conversation_id": conversation_id,
+            "backlog": self._engine.store.backlog_by_conversation(self._tenant).get(conversation_id, 0),
+            "last_turn": state.last_seq,
+            "last_indexed_turn": state.indexed_seq,
+            "failed_jobs": failed,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """Seed 001's metrics plus store counts, for this tenant."""
+        engine = self._engine
+        pending, failed = engine.store.backlog(self._tenant)
+        stats = engine.store.stats(self._tenant)
+        return {
+            **stats,
+            "tenant": self._tenant,
+            "store": engine.store.url,
+            "embedding_model": engine.embedding.model_id,
+            "embedding_dim": engine.embedding.dimension,
+            "chunks_ingested": int(engine.metrics.chunks_ingested.value),
+            "turns_accepted": int(engine.metrics.turns_accepted.value),
+            "upsert_failures": int(engine.metrics.upsert_failures.value),
+            "job_retries": int(engine.metrics.job_retries.value),
+            "embedding_latency_seconds": engine.embedding.latency.summary(),
+            "search_latency_seconds": engine.metrics.search_latency.summary(),
+            "backlog": pending,
+            "failed_jobs": failed,
+            "backlog_by_conversation": engine.store.backlog_by_conversation(self._tenant),
+        }
+
+
+@dataclass
+class _Prepared:
+    tenant: str
+    conversation_id: str
+    jobs: list[ClaimedJob]
+    revision: int
+    supersede_after: int
+    records: list[ChunkRecord]
+    frontier: tuple[int, int] | None
+    indexed_seq: int | None
+    vectors: list[Any] = field(default_factory=list)
+    chunks: list[IndexedChunk] = field(default_factory=list)
+
+
+def _chunk_turn(turn: StoredTurn) -> ChunkTurn:
+    return ChunkTurn(
+        seq=turn.seq,
+        role=turn.role,
+        text=clean_text(turn.text),
+        timestamp=turn.timestamp,
+        name=turn.name,
+    )
+
+
+def _rrf(rankings: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """Reciprocal-rank fusion, scaled so rank 1 in every list scores 1.0."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, (rowid, _) in enumerate(ranking):
+            scores[rowid] = scores.get(rowid, 0.0) + 1.0 / (RRF_K + rank + 1)
+    best = len([r for r in rankings if r]) / (RRF_K + 1) or 1.0
+    return sorted(((rowid, score / best) for rowid, score in scores.items()), key=lambda x: (-x[1], x[0]))
+
+
+def _check_tenant(tenant: Any) -> None:
+    if not isinstance(tenant, str) or not tenant or len(tenant) > 100:
+        raise InvalidInputError("tenant must be a non-empty string of at most 100 characters", field="tenant")

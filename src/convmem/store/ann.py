@@ -1,0 +1,157 @@
+"""Tenant-wide approximate nearest-neighbour index (HNSW via usearch), derived from SQLite.
+
+The index file sits beside the store (``<store>.<tenant-hash>.usearch``) with a sidecar
+recording the store's change sequence it reflects. On each search it catches up with
+rows changed since (added, re-embedded, deleted, superseded), so it is always consistent
+with the store and can be deleted and rebuilt from it at any time. Candidates are
+re-checked against the store (tenant, deleted, expiry, filters) before they are used, so
+the index can never make deleted or foreign memory visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from convmem.store.filters import FilterSpec
+
+if TYPE_CHECKING:
+    from convmem.store.sqlite import SQLiteStore
+
+__all__ = ["AnnIndex"]
+
+logger = logging.getLogger(__name__)
+
+
+class AnnIndex:
+    """HNSW over one tenant's live vectors.
+
+    Args:
+        min_rows: below this many live vectors the caller scans exactly instead.
+    """
+
+    def __init__(
+        self,
+        store: SQLiteStore,
+        tenant: str,
+        dimension: int,
+        *,
+        min_rows: int = 20000,
+        connectivity: int = 16,
+        expansion_add: int = 128,
+        expansion_search: int = 128,
+    ) -> None:
+        self._store = store
+        self._tenant = tenant
+        self._dimension = dimension
+        self._min_rows = min_rows
+        self._params = (connectivity, expansion_add, expansion_search)
+        digest = hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:16]
+        self.path = Path(f"{store.path}.{digest}.usearch")
+        self._sidecar = Path(f"{self.path}.json")
+        self._index: Any = None
+        self._watermark = 0
+        self._dirty = 0
+        self._lock = threading.Lock()
+
+    def _new(self) -> Any:
+        from usearch.index import Index
+
+        connectivity, expansion_add, expansion_search = self._params
+        return Index(
+            ndim=self._dimension,
+            metric="ip",
+            dtype="f32",
+            connectivity=connectivity,
+            expansion_add=expansion_add,
+            expansion_search=expansion_search,
+        )
+
+    def _load(self) -> None:
+        self._index = self._new()
+        self._watermark = 0
+        if self.path.exists() and self._sidecar.exists():
+            try:
+                meta = json.loads(self._sidecar.read_text(encoding="utf-8"))
+                if meta.get("dimension") == self._dimension:
+                    self._index.load(str(self.path))
+                    self._watermark = int(meta["change_seq"])
+                    return
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                logger.warning("rebuilding ANN index %s: %s", self.path, exc)
+            self._index = self._new()
+            self._watermark = 0
+
+    def reset(self) -> None:
+        """Forget the index (after a reindex); it is rebuilt from the store on next use."""
+        with self._lock:
+            self._index = None
+            for path in (self.path, self._sidecar):
+                path.unlink(missing_ok=True)
+
+    def sync(self) -> bool:
+        """Catch up with the store. Returns False when the tenant is small enough to scan."""
+        with self._lock:
+            if self._index is None:
+                self._load()
+            rows, removed, latest = self._store.changes_since(self._tenant, self._watermark)
+            index = self._index
+            drop = [rowid for rowid in removed] + [rowid for rowid, _, _ in rows]
+            if drop:
+                keys = np.asarray([key for key in set(drop) if key in index], dtype=np.uint64)
+                if len(keys):
+                    index.remove(keys)
+            live = [(rowid, blob) for rowid, blob, _ in rows if blob is not None]
+            if live:
+                keys = np.asarray([rowid for rowid, _ in live], dtype=np.uint64)
+                matrix = np.frombuffer(b"".join(blob for _, blob in live), dtype=np.float32)
+                index.add(keys, matrix.reshape(len(live), self._dimension), threads=2)
+            if rows or removed:
+                self._dirty += len(rows) + len(removed)
+            self._watermark = max(self._watermark, latest)
+            if self._dirty >= 50000:
+                self._save_locked()
+            return len(index) >= self._min_rows
+
+    def search(self, query: Any, pool: int, spec: FilterSpec) -> list[tuple[int, float]]:
+        """Top ``pool`` live rows passing the filter, by inner product (cosine)."""
+        with self._lock:
+            index = self._index
+            total = len(index)
+            want = pool if not spec.conditions else pool * 4
+            while True:
+                count = min(total, max(want, pool))
+                matches = index.search(np.asarray(query, dtype=np.float32), count)
+                keys = [int(key) for key in matches.keys]
+                scores = [1.0 - float(distance) for distance in matches.distances]
+                admitted = self._store.admit(self._tenant, spec, keys)
+                hits = [(key, score) for key, score in zip(keys, scores, strict=True) if key in admitted]
+                if len(hits) >= pool or count >= total:
+                    return hits[:pool]
+                if want >= 8 * pool:
+                    break
+                want *= 4
+        # A selective filter: the exact filtered scan is both correct and cheap.
+        return self._store.scan_vectors(self._tenant, spec, query, pool)
+
+    def _save_locked(self) -> None:
+        if self._index is None:
+            return
+        self._index.save(str(self.path))
+        self._sidecar.write_text(
+            json.dumps({"change_seq": self._watermark, "dimension": self._dimension}),
+            encoding="utf-8",
+        )
+        self._dirty = 0
+
+    def save(self) -> None:
+        """Persist the index and its watermark beside the store."""
+        with self._lock:
+            if self._dirty:
+                self._save_locked()

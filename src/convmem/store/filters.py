@@ -1,0 +1,346 @@
+"""Search filters: parsed once, compiled to SQL with bound values, and a reference evaluator.
+
+The filter language (a dict; its keys are ANDed):
+
+======================  ==========================================================
+``conversation_id``     ``"c1"``, ``{"$eq": "c1"}``, ``{"$ne": "c1"}``, ``{"$in": [...]}``
+``intent_tag``          same operators as ``conversation_id``
+``category``            same operators as ``conversation_id``
+``chunk_version``       an int, ``{"$eq"|"$ne": n}``, ``{"$in": [...]}``
+``participants``        ``"Ann"`` (contains), ``[..]`` or ``{"$contains_any": [..]}``,
+``speakers``            ``{"$contains": "user"}``, ``{"$contains_all": [..]}``
+``timestamp_range``     ``[start, end]``: ISO 8601 with zone, either may be null;
+                        chunks whose time span overlaps it
+``turn_range``          ``[start, end]`` ints, either may be null; chunks overlapping it
+``importance``          a number, or ``{"$gte"|"$gt"|"$lte"|"$lt"|"$eq": x}``
+``pinned``              ``true`` / ``false``
+``requires_confirmation``  ``true`` / ``false``
+``deleted``             only ``false`` (deleted memory is never returned)
+``tenant``              only the caller's own tenant
+======================  ==========================================================
+
+Field names are never put into SQL: each known field maps to a fixed column expression,
+and every value is a bound parameter. Unknown fields or operators and wrongly typed values
+raise :class:`~convmem.errors.FilterError` naming the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from convmem.errors import FilterError
+
+__all__ = ["Condition", "FilterSpec", "matches", "parse_filters", "to_sql"]
+
+STRING_FIELDS = {"conversation_id": "c.conversation_id", "intent_tag": "c.intent_tag", "category": "c.category"}
+INT_FIELDS = {"chunk_version": "c.chunk_version"}
+ARRAY_FIELDS = {"participants": "c.participants", "speakers": "c.speakers"}
+BOOL_FIELDS = {"pinned": "c.pinned", "requires_confirmation": "c.requires_confirmation"}
+RANGE_FIELDS = ("timestamp_range", "turn_range")
+NUMBER_FIELDS = {"importance": "c.importance"}
+ALL_FIELDS = sorted(
+    [*STRING_FIELDS, *INT_FIELDS, *ARRAY_FIELDS, *BOOL_FIELDS, *RANGE_FIELDS, *NUMBER_FIELDS]
+    + ["deleted", "tenant"]
+)
+COMPARE_OPS = {"$gte": ">=", "$gt": ">", "$lte": "<=", "$lt": "<", "$eq": "="}
+MAX_LIST = 1000
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One parsed condition: ``field op value`` with the value already type-checked."""
+
+    field: str
+    op: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class FilterSpec:
+    """A parsed filter: ANDed conditions, plus the single conversation it pins, if any."""
+
+    conditions: tuple[Condition, ...]
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The conversation when the filter selects exactly one (enables the fast path)."""
+        for condition in self.conditions:
+            if condition.field == "conversation_id" and condition.op == "$eq":
+                return str(condition.value)
+        return None
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _string(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise FilterError(
+            f"filter {field} expects a string, got {_describe(value)}", field=f"filters.{field}"
+        )
+    return value
+
+
+def _int(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FilterError(
+            f"filter {field} expects an integer, got {_describe(value)}", field=f"filters.{field}"
+        )
+    return value
+
+
+def _number(field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise FilterError(
+            f"filter {field} expects a finite number, got {_describe(value)}",
+            field=f"filters.{field}",
+        )
+    return float(value)
+
+
+def _list(field: str, value: Any) -> list[Any]:
+    if not isinstance(value, list | tuple) or not value or len(value) > MAX_LIST:
+        raise FilterError(
+            f"filter {field} expects a non-empty list of at most {MAX_LIST} values, "
+            f"got {_describe(value)}",
+            field=f"filters.{field}",
+        )
+    return list(value)
+
+
+def _timestamp(field: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise FilterError(
+            f"filter {field} bounds must be ISO 8601 strings or null, got {_describe(value)}",
+            field=f"filters.{field}",
+        )
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise FilterError(
+            f"filter {field} bound {_describe(value)} is not ISO 8601; "
+            "use for example 2026-02-02T10:00:00+08:00",
+            field=f"filters.{field}",
+        ) from None
+    if parsed.tzinfo is None:
+        raise FilterError(
+            f"filter {field} bound {_describe(value)} has no time zone; add one (+08:00 or Z)",
+            field=f"filters.{field}",
+        )
+    return parsed.timestamp()
+
+
+def _operator(field: str, spec: Mapping[str, Any], allowed: tuple[str, ...]) -> tuple[str, Any]:
+    if len(spec) != 1:
+        raise FilterError(
+            f"filter {field} takes exactly one operator, got {sorted(map(str, spec))}",
+            field=f"filters.{field}",
+        )
+    op, value = next(iter(spec.items()))
+    if op not in allowed:
+        raise FilterError(
+            f"filter {field} does not support the operator {_describe(op)}; "
+            f"use one of {', '.join(allowed)}",
+            field=f"filters.{field}",
+        )
+    return op, value
+
+
+def parse_filters(filters: Mapping[str, Any] | None, *, tenant: str) -> FilterSpec:
+    """Check and parse a filter dict (see the module docstring).
+
+    Raises:
+        FilterError: an unknown field or operator, a wrongly typed value, ``deleted: true``
+            or another tenant.
+    """
+    if filters is None:
+        return FilterSpec(())
+    if not isinstance(filters, Mapping):
+        raise FilterError(
+            f"filters must be an object mapping fields to conditions, got {type(filters).__name__}",
+            field="filters",
+        )
+    conditions: list[Condition] = []
+    for field, spec in filters.items():
+        if not isinstance(field, str) or field not in ALL_FIELDS:
+            raise FilterError(
+                f"unknown filter field {_describe(field)}; filterable fields: {', '.join(ALL_FIELDS)}",
+                field="filters",
+            )
+        if field == "deleted":
+            if spec is not False:
+                raise FilterError(
+                    "filter deleted accepts only false: deleted memory is never returned",
+                    field="filters.deleted",
+                )
+            continue
+        if field == "tenant":
+            if spec != tenant:
+                raise FilterError(
+                    "filter tenant may only name the caller's own tenant", field="filters.tenant"
+                )
+            continue
+        if field in STRING_FIELDS or field in INT_FIELDS:
+            check = _string if field in STRING_FIELDS else _int
+            if isinstance(spec, Mapping):
+                op, value = _operator(field, spec, ("$eq", "$ne", "$in"))
+                if op == "$in":
+                    conditions.append(
+                        Condition(field, op, tuple(check(field, v) for v in _list(field, value)))
+                    )
+                else:
+                    conditions.append(Condition(field, op, check(field, value)))
+            else:
+                conditions.append(Condition(field, "$eq", check(field, spec)))
+        elif field in ARRAY_FIELDS:
+            if isinstance(spec, Mapping):
+                op, value = _operator(field, spec, ("$contains", "$contains_any", "$contains_all"))
+                if op == "$contains":
+                    conditions.append(Condition(field, "$contains_any", (_string(field, value),)))
+                else:
+                    items = tuple(_string(field, v) for v in _list(field, value))
+                    conditions.append(Condition(field, op, items))
+            elif isinstance(spec, list | tuple):
+                items = tuple(_string(field, v) for v in _list(field, spec))
+                conditions.append(Condition(field, "$contains_any", items))
+            else:
+                conditions.append(Condition(field, "$contains_any", (_string(field, spec),)))
+        elif field in BOOL_FIELDS:
+            if not isinstance(spec, bool):
+                raise FilterError(
+                    f"filter {field} expects true or false, got {_describe(spec)}",
+                    field=f"filters.{field}",
+                )
+            conditions.append(Condition(field, "$eq", spec))
+        elif field in NUMBER_FIELDS:
+            if isinstance(spec, Mapping):
+                op, value = _operator(field, spec, tuple(COMPARE_OPS))
+                conditions.append(Condition(field, op, _number(field, value)))
+            else:
+                conditions.append(Condition(field, "$eq", _number(field, spec)))
+        else:  # ranges
+            if not isinstance(spec, list | tuple) or len(spec) != 2:
+                raise FilterError(
+                    f"filter {field} expects [start, end], got {_describe(spec)}",
+                    field=f"filters.{field}",
+                )
+            if field == "turn_range":
+                low = None if spec[0] is None else _int(field, spec[0])
+                high = None if spec[1] is None else _int(field, spec[1])
+                bounds: tuple[float | None, float | None] = (low, high)
+            else:
+                bounds = (_timestamp(field, spec[0]), _timestamp(field, spec[1]))
+            if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+                raise FilterError(
+                    f"filter {field} start is after its end: {_describe(list(spec))}",
+                    field=f"filters.{field}",
+                )
+            conditions.append(Condition(field, "$overlaps", bounds))
+    return FilterSpec(tuple(conditions))
+
+
+def to_sql(spec: FilterSpec) -> tuple[str, list[Any]]:
+    """Compile to a SQLite ``AND`` clause over the ``chunks`` table aliased ``c``."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for cond in spec.conditions:
+        field, op, value = cond.field, cond.op, cond.value
+        if field in STRING_FIELDS or field in INT_FIELDS:
+            column = STRING_FIELDS.get(field) or INT_FIELDS[field]
+            if op == "$eq":
+                clauses.append(f"{column} = ?")
+                params.append(value)
+            elif op == "$ne":
+                clauses.append(f"({column} IS NULL OR {column} <> ?)")
+                params.append(value)
+            else:
+                clauses.append(f"{column} IN ({','.join('?' * len(value))})")
+                params.extend(value)
+        elif field in ARRAY_FIELDS:
+            column = ARRAY_FIELDS[field]
+            member = f"EXISTS (SELECT 1 FROM json_each({column}) j WHERE j.value = ?)"
+            joiner = " OR " if op == "$contains_any" else " AND "
+            clauses.append("(" + joiner.join([member] * len(value)) + ")")
+            params.extend(value)
+        elif field in BOOL_FIELDS:
+            clauses.append(f"{BOOL_FIELDS[field]} = ?")
+            params.append(1 if value else 0)
+        elif field in NUMBER_FIELDS:
+            column = NUMBER_FIELDS[field]
+            clauses.append(f"({column} IS NOT NULL AND {column} {COMPARE_OPS[op]} ?)")
+            params.append(value)
+        else:
+            low_col, high_col = (
+                ("c.start_seq", "c.end_seq") if field == "turn_range" else ("c.ts_start", "c.ts_end")
+            )
+            low, high = value
+            if high is not None:
+                clauses.append(f"{low_col} <= ?")
+                params.append(high)
+            if low is not None:
+                clauses.append(f"{high_col} >= ?")
+                params.append(low)
+    return (" AND ".join(clauses) if clauses else "1=1"), params
+
+
+def _epoch(value: str | None) -> float | None:
+    return None if value is None else datetime.fromisoformat(value).timestamp()
+
+
+def matches(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
+    """Reference semantics: does a chunk's metadata satisfy the filter?
+
+    The SQL compiled by :func:`to_sql` must agree with this on every input; the test
+    suite checks it with generated records and filters.
+    """
+    for cond in spec.conditions:
+        field, op, value = cond.field, cond.op, cond.value
+        if field in ARRAY_FIELDS:
+            have = set(metadata.get(field) or [])
+            ok = any(v in have for v in value) if op == "$contains_any" else all(v in have for v in value)
+        elif field in RANGE_FIELDS:
+            if field == "turn_range":
+                start, end = metadata["turn_range"]
+            else:
+                span = metadata.get("timestamp_range")
+                if not span:
+                    return False
+                start, end = _epoch(span[0]), _epoch(span[1])
+            low, high = value
+            ok = (high is None or start <= high) and (low is None or end >= low)
+        elif field in NUMBER_FIELDS:
+            have = metadata.get(field)
+            ok = have is not None and {
+                "$gte": have >= value,
+                "$gt": have > value,
+                "$lte": have <= value,
+                "$lt": have < value,
+                "$eq": have == value,
+            }[op]
+        else:
+            have = metadata.get(field)
+            if field in BOOL_FIELDS:
+                have = bool(have)
+            if op == "$eq":
+                ok = have == value
+            elif op == "$ne":
+                ok = have != value
+            else:
+                ok = have in value
+        if not ok:
+            return False
+    return True
+
+
+def dumps_list(values: list[str]) -> str:
+    """JSON for array columns (kept here so every writer encodes arrays the same way)."""
+    return json.dumps(values, ensure_ascii=False)

@@ -1,0 +1,1096 @@
+"""The embedded store: one SQLite file in WAL mode, the system of record.
+
+Tables (see docs/storage.md): ``meta`` (schema version, embedding model and dimension),
+``turns`` (the event log), ``conversations`` (indexing frontier and revision), ``jobs``
+(index jobs with retry state), ``chunks`` (records, vectors as float32 blobs, governance
+columns) and ``chunks_fts`` (FTS5 over pre-segmented tokens, rowid = chunk rowid).
+
+Each public method is one transaction. Connections are per thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from convmem.errors import NotFoundError, StoreError, TurnConflictError
+from convmem.models import ChunkRecord, JobInfo, Turn
+from convmem.store.filters import FilterSpec, dumps_list, to_sql
+
+__all__ = ["ClaimedJob", "ConversationState", "SQLiteStore", "StoredTurn"]
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+MIGRATIONS: list[str] = [
+    # 1: initial schema
+    """
+    CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS turns (
+        tenant TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        turn_id TEXT NOT NULL,
+        turn_id_is_int INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        name TEXT,
+        text TEXT,
+        text_sha256 TEXT NOT NULL,
+        ts TEXT NOT NULL,
+        meta TEXT NOT NULL DEFAULT '{}',
+        deleted INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (tenant, conversation_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS conversations (
+        tenant TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        frontier_start INTEGER,
+        frontier_end INTEGER,
+        rewind_to INTEGER,
+        revision INTEGER NOT NULL DEFAULT 0,
+        last_seq INTEGER,
+        indexed_seq INTEGER,
+        PRIMARY KEY (tenant, conversation_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS jobs (
+        job_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        min_seq INTEGER NOT NULL,
+        max_seq INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        error_code TEXT,
+        error_message TEXT,
+        next_retry_at REAL NOT NULL,
+        claimed_by TEXT,
+        lease_until REAL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (status, next_retry_at);
+    CREATE INDEX IF NOT EXISTS jobs_conversation ON jobs (tenant, conversation_id, status);
+    CREATE TABLE IF NOT EXISTS chunks (
+        rowid INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        chunk_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        start_seq INTEGER NOT NULL,
+        end_seq INTEGER NOT NULL,
+        chunk_version INTEGER NOT NULL,
+        text TEXT,
+        text_sha256 TEXT,
+        metadata TEXT NOT NULL,
+        participants TEXT NOT NULL DEFAULT '[]',
+        speakers TEXT NOT NULL DEFAULT '[]',
+        intent_tag TEXT,
+        ts_start REAL,
+        ts_end REAL,
+        deleted INTEGER NOT NULL DEFAULT 0,
+        provisional INTEGER NOT NULL DEFAULT 0,
+        origin TEXT NOT NULL,
+        importance REAL,
+        category TEXT,
+        expires_at REAL,
+        pinned INTEGER NOT NULL DEFAULT 0,
+        requires_confirmation INTEGER NOT NULL DEFAULT 0,
+        vector BLOB,
+        model_id TEXT,
+        updated_at REAL NOT NULL,
+        change_seq INTEGER NOT NULL,
+        UNIQUE (tenant, chunk_id)
+    );
+    CREATE INDEX IF NOT EXISTS chunks_conversation ON chunks (tenant, conversation_id, deleted, end_seq);
+    CREATE INDEX IF NOT EXISTS chunks_change ON chunks (tenant, change_seq);
+    CREATE TABLE IF NOT EXISTS removed_rows (
+        tenant TEXT NOT NULL, row INTEGER NOT NULL, change_seq INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS removed_rows_change ON removed_rows (tenant, change_seq);
+    CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(tokens, tokenize = 'unicode61 remove_diacritics 0');
+    """,
+]
+
+
+@dataclass(frozen=True)
+class StoredTurn:
+    seq: int
+    turn_id: int | str
+    role: str
+    name: str | None
+    text: str
+    timestamp: datetime
+
+
+@dataclass(frozen=True)
+class ConversationState:
+    frontier: tuple[int, int] | None
+    rewind_to: int | None
+    revision: int
+    last_seq: int | None
+    indexed_seq: int | None
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    job_id: int
+    tenant: str
+    conversation_id: str
+    min_seq: int
+    max_seq: int
+    attempts: int
+
+
+@dataclass(frozen=True)
+class IndexedChunk:
+    """A chunk ready for the store: record, its vector and lexical tokens."""
+
+    record: ChunkRecord
+    vector: np.ndarray  # type: ignore[type-arg]
+    tokens: Sequence[str]
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _now() -> float:
+    return time.time()
+
+
+def worker_identity() -> str:
+    """``host:pid:thread`` of the calling thread."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SQLiteStore:
+    """The embedded store. Thread-safe: each thread gets its own connection."""
+
+    def __init__(self, path: str | Path, *, durability: str = "full") -> None:
+        if durability not in ("full", "normal"):
+            raise ValueError("durability must be 'full' (fsync each commit) or 'normal'")
+        self.path = Path(path).expanduser().resolve()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._durability = durability
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._change_lock = threading.Lock()
+        self._migrate()
+
+    # -- connections -------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.path}"
+
+    def _db(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"Store {self.url} is closed; open it again with Memory.open")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._durability.upper()}")
+            conn.execute("PRAGMA secure_delete=ON")
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA temp_store=MEMORY")
+            conn.execute("PRAGMA cache_size=-65536")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._db()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"Could not start a write on {self.url}: {exc}") from exc
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            for conn in self._connections:
+                try:
+                    conn.close()
+                except sqlite3.Error:  # pragma: no cover - closing best effort
+                    pass
+            self._connections.clear()
+
+    def _migrate(self) -> None:
+        conn = self._db()
+        with self._write():
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            current = int(row[0]) if row else 0
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"Store {self.url} has schema version {current}, newer than this convmem "
+                    f"({SCHEMA_VERSION}); upgrade convmem"
+                )
+            for version in range(current + 1, len(MIGRATIONS) + 1):
+                for statement in MIGRATIONS[version - 1].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                    (str(version),),
+                )
+                logger.info("migrated %s to schema version %d", self.url, version)
+
+    # -- meta --------------------------------------------------------------------------
+
+    def embedding_model(self) -> tuple[str, int] | None:
+        rows = dict(
+            self._db().execute(
+                "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dim')"
+            ).fetchall()
+        )
+        if "embedding_model" not in rows:
+            return None
+        return rows["embedding_model"], int(rows["embedding_dim"])
+
+    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('embedding_model', ?)", (model_id,)
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('embedding_dim', ?)",
+                (str(dimension),),
+            )
+
+    def count_vectors(self) -> int:
+        row = self._db().execute("SELECT count(*) FROM chunks WHERE vector IS NOT NULL").fetchone()
+        return int(row[0])
+
+    # -- write path --------------------------------------------------------------------
+
+    def add_turns(
+        self, tenant: str, conversation_id: str, turns: Sequence[Turn], *, accepted_at: datetime
+    ) -> tuple[list[int | str], list[int | str], int | None]:
+        """Store new turns and one index job atomically.
+
+        Returns ``(accepted, duplicates, job_id)``. Re-sent identical turns are duplicates;
+        a stored turn id with other text raises ``TurnConflictError`` and stores nothing.
+        """
+        now = _now()
+        with self._write() as conn:
+            seqs = [turn.seq for turn in turns]
+            stored = {
+                row[0]: row
+                for row in conn.execute(
+                    "SELECT seq, text_sha256, turn_id, deleted FROM turns WHERE tenant=? AND "
+                    "conversation_id=? AND seq BETWEEN ? AND ?",
+                    (tenant, conversation_id, min(seqs), max(seqs)),
+                )
+            }
+            accepted: list[int | str] = []
+            duplicates: list[int | str] = []
+            rows = []
+            for index, turn in enumerate(turns):
+                digest = _sha(turn.text)
+                if turn.seq in stored:
+                    if stored[turn.seq][1] != digest:
+                        raise TurnConflictError(
+                            f"turn {turn.turn_id!r} (sequence {turn.seq}) of conversation "
+                            f"{conversation_id!r} is already stored with different text; turns "
+                            "are immutable: delete the turn range first to replace it",
+                            field=f"turns[{index}].text",
+                        )
+                    duplicates.append(turn.turn_id)
+                    continue
+                timestamp = turn.timestamp or accepted_at
+                rows.append(
+                    (
+                        tenant,
+                        conversation_id,
+                        turn.seq,
+                        str(turn.turn_id),
+                        1 if isinstance(turn.turn_id, int) else 0,
+                        turn.role,
+                        turn.name,
+                        turn.text,
+                        digest,
+                        timestamp.isoformat(),
+                        json.dumps(turn.meta, ensure_ascii=False),
+                        now,
+                    )
+                )
+                accepted.append(turn.turn_id)
+            if not rows:
+                return accepted, duplicates, None
+            conn.executemany(
+                "INSERT INTO turns (tenant, conversation_id, seq, turn_id, turn_id_is_int, role, "
+                "name, text, text_sha256, ts, meta, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            new_min = min(row[2] for row in rows)
+            new_max = max(row[2] for row in rows)
+            state = conn.execute(
+                "SELECT frontier_end, rewind_to FROM conversations WHERE tenant=? AND conversation_id=?",
+                (tenant, conversation_id),
+            ).fetchone()
+            if state is None:
+                conn.execute(
+                    "INSERT INTO conversations (tenant, conversation_id, last_seq) VALUES (?,?,?)",
+                    (tenant, conversation_id, new_max),
+                )
+            else:
+                frontier_end, rewind_to = state
+                late = frontier_end is not None and new_min <= frontier_end
+                conn.execute(
+                    "UPDATE conversations SET last_seq=max(coalesce(last_seq, -1), ?), "
+                    "rewind_to=?, revision=revision + ? WHERE tenant=? AND conversation_id=?",
+                    (
+                        new_max,
+                        (min(rewind_to, new_min) if rewind_to is not None else new_min)
+                        if late
+                        else rewind_to,
+                        1 if late else 0,
+                        tenant,
+                        conversation_id,
+                    ),
+                )
+            cursor = conn.execute(
+                "INSERT INTO jobs (tenant, conversation_id, min_seq, max_seq, status, "
+                "next_retry_at, created_at, updated_at) VALUES (?,?,?,?,'pending',?,?,?)",
+                (tenant, conversation_id, new_min, new_max, now, now, now),
+            )
+            job_id = cursor.lastrowid
+        return accepted, duplicates, job_id
+
+    # -- jobs --------------------------------------------------------------------------
+
+    def recover_dead_claims(self) -> int:
+        """Release jobs claimed by processes on this host that no longer exist."""
+        host = socket.gethostname()
+        released = 0
+        with self._write() as conn:
+            for job_id, claimed_by in conn.execute(
+                "SELECT job_id, claimed_by FROM jobs WHERE status='running'"
+            ).fetchall():
+                parts = (claimed_by or "").split(":")
+                if len(parts) >= 2 and parts[0] == host and parts[1].isdigit():
+                    if not _pid_alive(int(parts[1])):
+                        conn.execute(
+                            "UPDATE jobs SET status='pending', claimed_by=NULL, lease_until=NULL "
+                            "WHERE job_id=?",
+                            (job_id,),
+                        )
+                        released += 1
+        if released:
+            logger.info("released %d jobs of dead workers", released)
+        return released
+
+    def claim_jobs(self, worker_id: str, *, limit: int, lease_seconds: float) -> list[ClaimedJob]:
+        """Claim up to ``limit`` ready jobs, never two workers on one conversation."""
+        now = _now()
+        with self._write() as conn:
+            rows = conn.execute(
+                """
+                SELECT job_id, tenant, conversation_id, min_seq, max_seq, attempts FROM jobs AS j
+                WHERE ((status = 'pending' AND next_retry_at <= :now)
+                       OR (status = 'running' AND lease_until < :now))
+                  AND NOT EXISTS (
+                      SELECT 1 FROM jobs AS o
+                      WHERE o.tenant = j.tenant AND o.conversation_id = j.conversation_id
+                        AND o.status = 'running' AND o.lease_until >= :now
+                        AND o.claimed_by <> :worker)
+                ORDER BY job_id LIMIT :limit
+                """,
+                {"now": now, "limit": limit, "worker": worker_id},
+            ).fetchall()
+            if rows:
+                conn.executemany(
+                    "UPDATE jobs SET status='running', claimed_by=?, lease_until=?, updated_at=? "
+                    "WHERE job_id=?",
+                    [(worker_id, now + lease_seconds, now, row[0]) for row in rows],
+                )
+        return [ClaimedJob(*row) for row in rows]
+
+    def fail_jobs(
+        self,
+        job_ids: Sequence[int],
+        *,
+        error_code: str,
+        message: str,
+        base_delay: float,
+        max_delay: float,
+        max_attempts: int,
+    ) -> None:
+        """Record a failure; retry with exponential backoff, or mark failed after max_attempts."""
+        now = _now()
+        with self._write() as conn:
+            for job_id in job_ids:
+                row = conn.execute("SELECT attempts FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+                if row is None:
+                    continue
+                attempts = int(row[0]) + 1
+                delay = min(max_delay, base_delay * (2 ** (attempts - 1)))
+                status = "failed" if attempts >= max_attempts else "pending"
+                conn.execute(
+                    "UPDATE jobs SET status=?, attempts=?, error_code=?, error_message=?, "
+                    "next_retry_at=?, claimed_by=NULL, lease_until=NULL, updated_at=? WHERE job_id=?",
+                    (status, attempts, error_code, message[:500], now + delay, now, job_id),
+                )
+
+    def release_jobs(self, job_ids: Sequence[int]) -> None:
+        """Hand claimed jobs back untouched (shutdown, or a lost race to run again at once)."""
+        with self._write() as conn:
+            conn.executemany(
+                "UPDATE jobs SET status='pending', claimed_by=NULL, lease_until=NULL, "
+                "next_retry_at=? WHERE job_id=? AND status='running'",
+                [(_now(), job_id) for job_id in job_ids],
+            )
+
+    def release_worker(self, worker_prefix: str) -> int:
+        """Release every job a worker (by identity prefix) still holds."""
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE jobs SET status='pending', claimed_by=NULL, lease_until=NULL "
+                "WHERE status='running' AND claimed_by LIKE ? ESCAPE '\\'",
+                (worker_prefix.replace("%", "\\%").replace("_", "\\_") + "%",),
+            )
+            return cursor.rowcount
+
+    def _job_info(self, row: Sequence[Any]) -> JobInfo:
+        def stamp(value: float | None) -> datetime | None:
+            return None if value is None else datetime.fromtimestamp(value, UTC)
+
+        return JobInfo(
+            job_id=row[0],
+            conversation_id=row[1],
+            status=row[2],
+            attempts=row[3],
+            error_code=row[4],
+            error_message=row[5],
+            next_retry_at=stamp(row[6]) if row[2] in ("pending", "failed") and row[3] else None,
+            created_at=datetime.fromtimestamp(row[7], UTC),
+            updated_at=datetime.fromtimestamp(row[8], UTC),
+        )
+
+    _JOB_COLUMNS = (
+        "job_id, conversation_id, status, attempts, error_code, error_message, next_retry_at, "
+        "created_at, updated_at"
+    )
+
+    def job(self, tenant: str, job_id: int) -> JobInfo:
+        row = self._db().execute(
+            f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE tenant=? AND job_id=?", (tenant, job_id)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"No job {job_id} in tenant {tenant!r}")
+        return self._job_info(row)
+
+    def jobs(self, tenant: str, *, status: str | None = None, limit: int = 100) -> list[JobInfo]:
+        sql = f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE tenant=?"
+        params: list[Any] = [tenant]
+        if status is not None:
+            sql += " AND status=?"
+            params.append(status)
+        sql += " ORDER BY job_id DESC LIMIT ?"
+        params.append(limit)
+        return [self._job_info(row) for row in self._db().execute(sql, params)]
+
+    def retry_job(self, tenant: str, job_id: int) -> JobInfo:
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE jobs SET status='pending', next_retry_at=?, updated_at=? "
+                "WHERE tenant=? AND job_id=? AND status IN ('failed', 'pending')",
+                (_now(), _now(), tenant, job_id),
+            )
+            if cursor.rowcount == 0:
+                exists = conn.execute(
+                    "SELECT status FROM jobs WHERE tenant=? AND job_id=?", (tenant, job_id)
+                ).fetchone()
+                if exists is None:
+                    raise NotFoundError(f"No job {job_id} in tenant {tenant!r}")
+        return self.job(tenant, job_id)
+
+    def backlog(self, tenant: str | None = None) -> tuple[int, int]:
+        """``(pending_or_running, failed)`` job counts, for one tenant or all."""
+        sql = "SELECT status, count(*) FROM jobs WHERE status IN ('pending','running','failed')"
+        params: list[Any] = []
+        if tenant is not None:
+            sql += " AND tenant=?"
+            params.append(tenant)
+        counts = dict(self._db().execute(sql + " GROUP BY status", params).fetchall())
+        return counts.get("pending", 0) + counts.get("running", 0), counts.get("failed", 0)
+
+    def backlog_by_conversation(self, tenant: str) -> dict[str, int]:
+        return dict(
+            self._db().execute(
+                "SELECT conversation_id, count(*) FROM jobs WHERE tenant=? AND status IN "
+                "('pending','running') GROUP BY conversation_id",
+                (tenant,),
+            ).fetchall()
+        )
+
+    # -- indexing ----------------------------------------------------------------------
+
+    def conversation_state(self, tenant: str, conversation_id: str) -> ConversationState:
+        row = self._db().execute(
+            "SELECT frontier_start, frontier_end, rewind_to, revision, last_seq, indexed_seq "
+            "FROM conversations WHERE tenant=? AND conversation_id=?",
+            (tenant, conversation_id),
+        ).fetchone()
+        if row is None:
+            return ConversationState(None, None, 0, None, None)
+        frontier = (row[0], row[1]) if row[0] is not None else None
+        return ConversationState(frontier, row[2], row[3], row[4], row[5])
+
+    def last_final_chunk_before(
+        self, tenant: str, conversation_id: str, seq: int
+    ) -> tuple[int, int] | None:
+        """The live, final, worker-made chunk with the greatest end before ``seq``."""
+        row = self._db().execute(
+            "SELECT start_seq, end_seq FROM chunks WHERE tenant=? AND conversation_id=? AND "
+            "origin='worker' AND deleted=0 AND provisional=0 AND end_seq < ? "
+            "ORDER BY end_seq DESC LIMIT 1",
+            (tenant, conversation_id, seq),
+        ).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def load_turns(
+        self,
+        tenant: str,
+        conversation_id: str,
+        *,
+        after: int | None = None,
+        between: tuple[int, int] | None = None,
+        include_deleted: bool = False,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[StoredTurn]:
+        sql = (
+            "SELECT seq, turn_id, turn_id_is_int, role, name, text, ts FROM turns "
+            "WHERE tenant=? AND conversation_id=?"
+        )
+        params: list[Any] = [tenant, conversation_id]
+        if not include_deleted:
+            sql += " AND deleted=0"
+        if after is not None:
+            sql += " AND seq > ?"
+            params.append(after)
+        if between is not None:
+            sql += " AND seq BETWEEN ? AND ?"
+            params.extend(between)
+        sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [
+            StoredTurn(
+                seq=row[0],
+                turn_id=int(row[1]) if row[2] else row[1],
+                role=row[3],
+                name=row[4],
+                text=row[5] or "",
+                timestamp=datetime.fromisoformat(row[6]),
+            )
+            for row in self._db().execute(sql, params)
+        ]
+
+    def chunk_fingerprints(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str, bytes]]:
+        """``chunk_id -> (text_sha256, model_id, vector)`` for live chunks with vectors."""
+        out: dict[str, tuple[str, str, bytes]] = {}
+        for start in range(0, len(chunk_ids), 500):
+            batch = list(chunk_ids[start : start + 500])
+            for row in self._db().execute(
+                f"SELECT chunk_id, text_sha256, model_id, vector FROM chunks WHERE tenant=? AND "
+                f"deleted=0 AND vector IS NOT NULL AND chunk_id IN ({','.join('?' * len(batch))})",
+                [tenant, *batch],
+            ):
+                out[row[0]] = (row[1], row[2], row[3])
+        return out
+
+    def _next_change(self, conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
+        value = int(row[0]) + 1 if row else 1
+        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('change_seq', ?)", (str(value),))
+        return value
+
+    def _upsert_chunk(
+        self,
+        conn: sqlite3.Connection,
+        tenant: str,
+        item: IndexedChunk,
+        *,
+        origin: str,
+        model_id: str,
+        change: int,
+    ) -> bool:
+        """Insert or overwrite one chunk and its lexical row. Returns True when it existed."""
+        record = item.record
+        meta = record.metadata
+        ts_start = ts_end = None
+        if meta.timestamp_range:
+            ts_start = datetime.fromisoformat(meta.timestamp_range[0]).timestamp()
+            ts_end = datetime.fromisoformat(meta.timestamp_range[1]).timestamp()
+        expires = datetime.fromisoformat(meta.expires_at).timestamp() if meta.expires_at else None
+        vector = np.asarray(item.vector, dtype=np.float32).tobytes()
+        metadata_json = meta.model_dump_json()
+        existing = conn.execute(
+            "SELECT rowid FROM chunks WHERE tenant=? AND chunk_id=?", (tenant, record.chunk_id)
+        ).fetchone()
+        values = (
+            meta.conversation_id,
+            meta.turn_range[0],
+            meta.turn_range[1],
+            meta.chunk_version,
+            record.text,
+            _sha(record.text),
+            metadata_json,
+            dumps_list(meta.participants),
+            dumps_list(meta.speakers),
+            meta.intent_tag,
+            ts_start,
+            ts_end,
+            1 if meta.provisional else 0,
+            origin,
+            meta.importance,
+            meta.category,
+            expires,
+            1 if meta.pinned else 0,
+            1 if meta.requires_confirmation else 0,
+            vector,
+            model_id,
+            _now(),
+            change,
+        )
+        if existing is None:
+            cursor = conn.execute(
+                "INSERT INTO chunks (conversation_id, start_seq, end_seq, chunk_version, text, "
+                "text_sha256, metadata, participants, speakers, intent_tag, ts_start, ts_end, "
+                "provisional, origin, importance, category, expires_at, pinned, "
+                "requires_confirmation, vector, model_id, updated_at, change_seq, tenant, "
+                "chunk_id, deleted) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+                (*values, tenant, record.chunk_id),
+            )
+            rowid = cursor.lastrowid
+        else:
+            rowid = existing[0]
+            conn.execute(
+                "UPDATE chunks SET conversation_id=?, start_seq=?, end_seq=?, chunk_version=?, "
+                "text=?, text_sha256=?, metadata=?, participants=?, speakers=?, intent_tag=?, "
+                "ts_start=?, ts_end=?, provisional=?, origin=?, importance=?, category=?, "
+                "expires_at=?, pinned=?, requires_confirmation=?, vector=?, model_id=?, "
+                "updated_at=?, change_seq=?, deleted=0 WHERE rowid=?",
+                (*values, rowid),
+            )
+            conn.execute("DELETE FROM chunks_fts WHERE rowid=?", (rowid,))
+        conn.execute(
+            "INSERT INTO chunks_fts (rowid, tokens) VALUES (?, ?)", (rowid, " ".join(item.tokens))
+        )
+        return existing is not None
+
+    def apply_index(
+        self,
+        tenant: str,
+        conversation_id: str,
+        *,
+        expected_revision: int,
+        supersede_after: int,
+        chunks: Sequence[IndexedChunk],
+        frontier: tuple[int, int] | None,
+        indexed_seq: int | None,
+        job_ids: Sequence[int],
+        model_id: str,
+    ) -> bool:
+        """Write a conversation's re-planned chunks and finish its jobs, atomically.
+
+        Live worker chunks ending after ``supersede_after`` that the new plan does not
+        contain are removed (they were provisional or re-cut). Returns False, writing
+        nothing, when the conversation changed since it was read (a delete, a late turn,
+        another worker); the caller releases its jobs to run again.
+        """
+        now = _now()
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT revision FROM conversations WHERE tenant=? AND conversation_id=?",
+                (tenant, conversation_id),
+            ).fetchone()
+            if row is None or row[0] != expected_revision:
+                return False
+            keep = {item.record.chunk_id for item in chunks}
+            stale = [
+                (rowid, chunk_id)
+                for rowid, chunk_id in conn.execute(
+                    "SELECT rowid, chunk_id FROM chunks WHERE tenant=? AND conversation_id=? AND "
+                    "origin='worker' AND deleted=0 AND end_seq > ?",
+                    (tenant, conversation_id, supersede_after),
+                )
+                if chunk_id not in keep
+            ]
+            change = self._next_change(conn)
+            for rowid, _ in stale:
+                conn.execute("DELETE FROM chunks_fts WHERE rowid=?", (rowid,))
+                conn.execute("DELETE FROM chunks WHERE rowid=?", (rowid,))
+            for item in chunks:
+                self._upsert_chunk(
+                    conn, tenant, item, origin="worker", model_id=model_id, change=change
+                )
+            conn.execute(
+                "UPDATE conversations SET frontier_start=?, frontier_end=?, rewind_to=NULL, "
+                "revision=revision + 1, indexed_seq=max(coalesce(indexed_seq, -1), ?) "
+                "WHERE tenant=? AND conversation_id=?",
+                (
+                    frontier[0] if frontier else None,
+                    frontier[1] if frontier else None,
+                    indexed_seq if indexed_seq is not None else -1,
+                    tenant,
+                    conversation_id,
+                ),
+            )
+            conn.executemany(
+                "UPDATE jobs SET status='done', claimed_by=NULL, lease_until=NULL, "
+                "error_code=NULL, error_message=NULL, updated_at=? WHERE job_id=?",
+                [(now, job_id) for job_id in job_ids],
+            )
+            if stale:
+                self._log_removed(conn, tenant, [rowid for rowid, _ in stale], change)
+        return True
+
+    def _log_removed(
+        self, conn: sqlite3.Connection, tenant: str, rowids: Sequence[int], change: int
+    ) -> None:
+        conn.executemany(
+            "INSERT INTO removed_rows (tenant, row, change_seq) VALUES (?,?,?)",
+            [(tenant, rowid, change) for rowid in rowids],
+        )
+
+    def upsert_records(
+        self, tenant: str, items: Sequence[IndexedChunk], *, model_id: str
+    ) -> tuple[int, int]:
+        """Upsert caller-built chunks (seed ``upsert_vector_records``): ``(inserted, updated)``."""
+        inserted = updated = 0
+        with self._write() as conn:
+            change = self._next_change(conn)
+            for item in items:
+                if self._upsert_chunk(conn, tenant, item, origin="api", model_id=model_id, change=change):
+                    updated += 1
+                else:
+                    inserted += 1
+        return inserted, updated
+
+    # -- delete and purge --------------------------------------------------------------
+
+    def _tombstone_chunks(self, conn: sqlite3.Connection, tenant: str, rowids: Sequence[int]) -> None:
+        change = self._next_change(conn)
+        for rowid in rowids:
+            conn.execute("DELETE FROM chunks_fts WHERE rowid=?", (rowid,))
+            conn.execute(
+                "UPDATE chunks SET deleted=1, vector=NULL, updated_at=?, change_seq=?, "
+                "metadata=json_set(metadata, '$.deleted', json('true')) WHERE rowid=?",
+                (_now(), change, rowid),
+            )
+
+    def delete_turns(
+        self, tenant: str, conversation_id: str, turn_range: tuple[int, int]
+    ) -> tuple[int, int, int | None]:
+        """Logically delete turns in a range and every chunk overlapping it; re-cut the rest.
+
+        Returns ``(chunks_deleted, turns_deleted, job_id)``; the job re-chunks the
+        surviving turns of the deleted chunks.
+        """
+        start, end = turn_range
+        now = _now()
+        with self._write() as conn:
+            turns_deleted = conn.execute(
+                "UPDATE turns SET deleted=1 WHERE tenant=? AND conversation_id=? AND seq BETWEEN ? "
+                "AND ? AND deleted=0",
+                (tenant, conversation_id, start, end),
+            ).rowcount
+            rowids = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT rowid FROM chunks WHERE tenant=? AND conversation_id=? AND deleted=0 "
+                    "AND start_seq <= ? AND end_seq >= ?",
+                    (tenant, conversation_id, end, start),
+                )
+            ]
+            self._tombstone_chunks(conn, tenant, rowids)
+            job_id = None
+            state = conn.execute(
+                "SELECT rewind_to, last_seq FROM conversations WHERE tenant=? AND conversation_id=?",
+                (tenant, conversation_id),
+            ).fetchone()
+            if state is not None and (rowids or turns_deleted):
+                rewind = start if state[0] is None else min(state[0], start)
+                conn.execute(
+                    "UPDATE conversations SET rewind_to=?, revision=revision+1 WHERE tenant=? AND "
+                    "conversation_id=?",
+                    (rewind, tenant, conversation_id),
+                )
+                job_id = conn.execute(
+                    "INSERT INTO jobs (tenant, conversation_id, min_seq, max_seq, status, "
+                    "next_retry_at, created_at, updated_at) VALUES (?,?,?,?,'pending',?,?,?)",
+                    (tenant, conversation_id, start, max(end, state[1] or end), now, now, now),
+                ).lastrowid
+        return len(rowids), turns_deleted, job_id
+
+    def chunk_sources(
+        self, tenant: str, chunk_ids: Sequence[str]
+    ) -> dict[str, tuple[str, int, int, str]]:
+        """``chunk_id -> (conversation_id, start, end, origin)`` for live chunks."""
+        out: dict[str, tuple[str, int, int, str]] = {}
+        for start in range(0, len(chunk_ids), 500):
+            batch = list(chunk_ids[start : start + 500])
+            for row in self._db().execute(
+                f"SELECT chunk_id, conversation_id, start_seq, end_seq, origin FROM chunks WHERE "
+                f"tenant=? AND deleted=0 AND chunk_id IN ({','.join('?' * len(batch))})",
+                [tenant, *batch],
+            ):
+                out[row[0]] = (row[1], row[2], row[3], row[4])
+        return out
+
+    def delete_chunk_rows(self, tenant: str, chunk_ids: Sequence[str]) -> int:
+        """Logically delete chunks by id (for caller-made chunks without turns)."""
+        with self._write() as conn:
+            rowids: list[int] = []
+            for start in range(0, len(chunk_ids), 500):
+                batch = list(chunk_ids[start : start + 500])
+                rowids.extend(
+                    row[0]
+                    for row in conn.execute(
+                        f"SELECT rowid FROM chunks WHERE tenant=? AND deleted=0 AND chunk_id IN "
+                        f"({','.join('?' * len(batch))})",
+                        [tenant, *batch],
+                    )
+                )
+            self._tombstone_chunks(conn, tenant, rowids)
+        return len(rowids)
+
+    def purge(self) -> dict[str, int]:
+        """Physically remove deleted text: tombstoned chunks and deleted turns' text.
+
+        Turn rows stay as tombstones (id and hash only) so a re-sent deleted turn is
+        recognised and not stored again.
+        """
+        with self._write() as conn:
+            chunks = conn.execute("DELETE FROM chunks WHERE deleted=1").rowcount
+            turns = conn.execute(
+                "UPDATE turns SET text=NULL, name=NULL, meta='{}' WHERE deleted=1 AND text IS NOT NULL"
+            ).rowcount
+            conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+        conn = self._db()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        logger.info("purged %d chunks and %d turns from %s", chunks, turns, self.url)
+        return {"chunks": chunks, "turns": turns}
+
+    def is_deleted_turn(self, tenant: str, conversation_id: str, seq: int) -> bool:
+        row = self._db().execute(
+            "SELECT deleted FROM turns WHERE tenant=? AND conversation_id=? AND seq=?",
+            (tenant, conversation_id, seq),
+        ).fetchone()
+        return bool(row and row[0])
+
+    # -- search ------------------------------------------------------------------------
+
+    def _live_clause(self, spec: FilterSpec) -> tuple[str, list[Any]]:
+        where, params = to_sql(spec)
+        return (
+            f"c.tenant = ? AND c.deleted = 0 AND (c.expires_at IS NULL OR c.expires_at > ?) "
+            f"AND {where}",
+            params,
+        )
+
+    def scan_vectors(
+        self, tenant: str, spec: FilterSpec, query: np.ndarray, limit: int  # type: ignore[type-arg]
+    ) -> list[tuple[int, float]]:
+        """Exact cosine over every live chunk the filter admits (filter first, then score)."""
+        where, params = self._live_clause(spec)
+        conn = self._db()
+        rowids: list[int] = []
+        blobs: list[bytes] = []
+        cursor = conn.execute(
+            f"SELECT c.rowid, c.vector FROM chunks c WHERE {where} AND c.vector IS NOT NULL",
+            [tenant, _now(), *params],
+        )
+        while True:
+            rows = cursor.fetchmany(8192)
+            if not rows:
+                break
+            for rowid, blob in rows:
+                rowids.append(rowid)
+                blobs.append(blob)
+        if not rowids:
+            return []
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(rowids), -1)
+        scores = matrix @ np.asarray(query, dtype=np.float32)
+        take = min(limit, len(rowids))
+        top = np.argpartition(-scores, take - 1)[:take]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(rowids[i], float(scores[i])) for i in top]
+
+    def lexical(
+        self, tenant: str, spec: FilterSpec, tokens: Sequence[str], limit: int
+    ) -> list[tuple[int, float]]:
+        """BM25 over segmented tokens, filters applied in the same query. Score: higher better."""
+        unique = list(dict.fromkeys(token for token in tokens if token))
+        if not unique:
+            return []
+        match = " OR ".join('"' + token.replace('"', '""') + '"' for token in unique[:64])
+        where, params = self._live_clause(spec)
+        rows = self._db().execute(
+            f"SELECT c.rowid, bm25(chunks_fts) AS rank FROM chunks_fts JOIN chunks c ON "
+            f"c.rowid = chunks_fts.rowid WHERE chunks_fts MATCH ? AND {where} "
+            f"ORDER BY rank LIMIT ?",
+            [match, tenant, _now(), *params, limit],
+        ).fetchall()
+        return [(rowid, -float(rank)) for rowid, rank in rows]
+
+    def admit(self, tenant: str, spec: FilterSpec, rowids: Sequence[int]) -> set[int]:
+        """Which of ``rowids`` are live and pass the filter (post-check for ANN candidates)."""
+        if not rowids:
+            return set()
+        where, params = self._live_clause(spec)
+        out: set[int] = set()
+        for start in range(0, len(rowids), 500):
+            batch = list(rowids[start : start + 500])
+            out.update(
+                row[0]
+                for row in self._db().execute(
+                    f"SELECT c.rowid FROM chunks c WHERE c.rowid IN ({','.join('?' * len(batch))}) "
+                    f"AND {where}",
+                    [*batch, tenant, _now(), *params],
+                )
+            )
+        return out
+
+    def load_rows(self, tenant: str, rowids: Sequence[int]) -> dict[int, tuple[str, str, dict[str, Any]]]:
+        """``rowid -> (chunk_id, text, metadata)`` for live rows of this tenant."""
+        out: dict[int, tuple[str, str, dict[str, Any]]] = {}
+        if not rowids:
+            return out
+        for row in self._db().execute(
+            f"SELECT rowid, chunk_id, text, metadata FROM chunks WHERE tenant=? AND deleted=0 AND "
+            f"rowid IN ({','.join('?' * len(rowids))})",
+            [tenant, *rowids],
+        ):
+            out[row[0]] = (row[1], row[2], json.loads(row[3]))
+        return out
+
+    def changes_since(
+        self, tenant: str, change_seq: int
+    ) -> tuple[list[tuple[int, bytes | None, int]], list[int], int]:
+        """Rows changed after ``change_seq``: ``(live_or_tombstoned, removed_rowids, latest)``."""
+        conn = self._db()
+        rows = [
+            (row[0], row[1] if not row[2] else None, row[3])
+            for row in conn.execute(
+                "SELECT rowid, vector, deleted, change_seq FROM chunks WHERE tenant=? AND "
+                "change_seq > ? ORDER BY change_seq",
+                (tenant, change_seq),
+            )
+        ]
+        removed = [
+            row[0]
+            for row in conn.execute(
+                "SELECT row FROM removed_rows WHERE tenant=? AND change_seq > ?",
+                (tenant, change_seq),
+            )
+        ]
+        row = conn.execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
+        latest = int(row[0]) if row else 0
+        return rows, removed, latest
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def iter_live_chunks(self, batch: int = 512) -> Iterator[list[tuple[int, str]]]:
+        """Live chunks' ``(rowid, text)`` in batches, across tenants (for reindex)."""
+        last = 0
+        conn = self._db()
+        while True:
+            rows = conn.execute(
+                "SELECT rowid, text FROM chunks WHERE deleted=0 AND rowid > ? ORDER BY rowid LIMIT ?",
+                (last, batch),
+            ).fetchall()
+            if not rows:
+                return
+            yield [(row[0], row[1]) for row in rows]
+            last = rows[-1][0]
+
+    def replace_vectors(self, rows: Sequence[tuple[int, np.ndarray]], model_id: str) -> None:  # type: ignore[type-arg]
+        with self._write() as conn:
+            change = self._next_change(conn)
+            conn.executemany(
+                "UPDATE chunks SET vector=?, model_id=?, change_seq=? WHERE rowid=?",
+                [
+                    (np.asarray(vector, dtype=np.float32).tobytes(), model_id, change, rowid)
+                    for rowid, vector in rows
+                ],
+            )
+
+    def tenants(self) -> list[str]:
+        return [row[0] for row in self._db().execute("SELECT DISTINCT tenant FROM chunks")]
+
+    def stats(self, tenant: str) -> dict[str, Any]:
+        conn = self._db()
+        chunks = dict(
+            conn.execute(
+                "SELECT deleted, count(*) FROM chunks WHERE tenant=? GROUP BY deleted", (tenant,)
+            ).fetchall()
+        )
+        turns = dict(
+            conn.execute(
+                "SELECT deleted, count(*) FROM turns WHERE tenant=? GROUP BY deleted", (tenant,)
+            ).fetchall()
+        )
+        conversations = conn.execute(
+            "SELECT count(*) FROM conversations WHERE tenant=?", (tenant,)
+        ).fetchone()[0]
+        jobs = dict(
+            conn.execute(
+                "SELECT status, count(*) FROM jobs WHERE tenant=? GROUP BY status", (tenant,)
+            ).fetchall()
+        )
+        return {
+            "conversations": conversations,
+            "turns": turns.get(0, 0),
+            "turns_deleted": turns.get(1, 0),
+            "chunks": chunks.get(0, 0),
+            "chunks_deleted": chunks.get(1, 0),
+            "jobs": jobs,
+            "file_bytes": self.path.stat().st_size if self.path.exists() else 0,
+        }

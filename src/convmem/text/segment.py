@@ -1,0 +1,137 @@
+"""Tokenisation for lexical search and hashed embeddings, Chinese-first.
+
+One function, :func:`tokenize`, is used for both documents and queries so the two sides
+always agree. Text is folded with NFKC and casefolded; runs of CJK characters go through
+jieba's search-mode segmentation (which also emits the shorter words inside long ones),
+everything else splits into letter/digit words. Stop words are dropped. Lines are
+segmented independently and cached, so a turn that appears in several overlapping chunks
+is segmented once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import unicodedata
+from collections import Counter
+from functools import lru_cache
+
+__all__ = ["keywords", "tokenize"]
+
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff"
+_TOKEN_RUN = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
+
+EN_STOPWORDS = frozenset(
+    """a an the and or but if then else of to in on at by for with about from as is are was
+    were be been being am do does did have has had i me my we our you your he him his she her
+    it its they them their this that these those there here what which who whom whose when
+    where why how not no so too very can could will would shall should may might must just
+    also than into over under up down out off again further once all any both each few more
+    most other some such only own same s t don now ll re ve d m o y let lets im""".split()
+)
+ZH_STOPWORDS = frozenset(
+    """的 了 是 在 和 与 及 或 也 就 都 而 又 很 吧 吗 呢 啊 呀 嗯 哦 哈 么 着 过 被 把 让 给 对 从
+    向 为 以 于 之 其 这 那 这个 那个 这些 那些 一个 一下 一些 什么 怎么 怎样 如何 哪 哪里 哪些 谁
+    我 你 他 她 它 我们 你们 他们 她们 咱们 自己 有 没 没有 不 会 能 要 想 说 得 地 个 还 吗""".split()
+)
+STOPWORDS = EN_STOPWORDS | ZH_STOPWORDS
+
+_jieba_lock = threading.Lock()
+_jieba_ready = False
+
+
+def _jieba():  # type: ignore[no-untyped-def]
+    global _jieba_ready
+    import jieba
+
+    if not _jieba_ready:
+        with _jieba_lock:
+            if not _jieba_ready:
+                jieba.setLogLevel(logging.WARNING)
+                jieba.initialize()
+                _jieba_ready = True
+    return jieba
+
+
+def _normalise(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+@lru_cache(maxsize=131072)
+def _tokenize_line(line: str) -> tuple[str, ...]:
+    tokens: list[str] = []
+    for match in _TOKEN_RUN.finditer(_normalise(line)):
+        cjk, word = match.groups()
+        if cjk:
+            jieba = _jieba()
+            for token in jieba.lcut_for_search(cjk, HMM=True):
+                if token not in STOPWORDS:
+                    tokens.append(token)
+        elif word and word not in STOPWORDS:
+            tokens.append(word)
+    return tuple(tokens)
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into normalised search tokens (jieba for Chinese, words otherwise)."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if line:
+            out.extend(_tokenize_line(line))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _idf_table() -> tuple[dict[str, float], float]:
+    """jieba's bundled IDF table for Chinese words (used for topic keywords)."""
+    import os
+
+    jieba = _jieba()
+    path = os.path.join(os.path.dirname(jieba.__file__), "analyse", "idf.txt")
+    table: dict[str, float] = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for row in handle:
+                parts = row.split()
+                if len(parts) == 2:
+                    table[parts[0]] = float(parts[1])
+    except OSError:
+        return {}, 10.0
+    median = sorted(table.values())[len(table) // 2] if table else 10.0
+    return table, median
+
+
+def keywords(tokens: list[str], *, limit: int = 3) -> list[str]:
+    """Pick up to ``limit`` topic keywords from tokens by tf-idf, first occurrence breaking ties.
+
+    Chinese words use jieba's IDF table; other words get a length-based prior (longer,
+    rarer-looking words first). Single CJK characters and digits are never keywords.
+    """
+    table, median = _idf_table()
+    counts = Counter(tokens)
+    first_seen: dict[str, int] = {}
+    for position, token in enumerate(tokens):
+        first_seen.setdefault(token, position)
+    scored: list[tuple[float, int, str]] = []
+    for token, count in counts.items():
+        if token.isdigit() or len(token) < 2:
+            continue
+        if token.isascii():
+            if len(token) < 3:
+                continue
+            idf = median * min(1.0, len(token) / 8) + 2.0
+        else:
+            idf = table.get(token, median)
+        scored.append((-(1.0 + math.log(count)) * idf, first_seen[token], token))
+    scored.sort()
+    chosen: list[str] = []
+    for _, _, token in scored:
+        # skip a word contained in one already chosen (search mode emits both)
+        if any(token in other or other in token for other in chosen):
+            continue
+        chosen.append(token)
+        if len(chosen) == limit:
+            break
+    return chosen
