@@ -20,7 +20,15 @@ from convmem.errors import (
     TurnConflictError,
 )
 from convmem.ingest import ChunkingPolicy, chunk_id
-from convmem.models import AddTurnsReceipt, ChunkMetadata, ChunkRecord, FlushResult, Hit, JobInfo, Turn
+from convmem.models import (
+    AddTurnsReceipt,
+    ChunkMetadata,
+    ChunkRecord,
+    FlushResult,
+    Hit,
+    JobInfo,
+    Turn,
+)
 from convmem.service import DeleteResult, Memory, UpsertResult
 
 __version__ = "0.1.0"

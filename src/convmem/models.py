@@ -61,9 +61,7 @@ def turn_sequence(turn_id: int | str) -> int:
         )
     if isinstance(turn_id, int):
         if turn_id < 0:
-            raise InvalidInputError(
-                f"turn_id must be >= 0, got {turn_id}", field="turn_id"
-            )
+            raise InvalidInputError(f"turn_id must be >= 0, got {turn_id}", field="turn_id")
         return turn_id
     if not turn_id or len(turn_id) > MAX_ID_LENGTH:
         raise InvalidInputError(
@@ -244,7 +242,9 @@ class ChunkMetadata(BaseModel):
     @classmethod
     def _range(cls, value: tuple[int, int]) -> tuple[int, int]:
         if value[0] < 0 or value[1] < value[0]:
-            raise ValueError(f"turn_range {list(value)} must be [start, end] with 0 <= start <= end")
+            raise ValueError(
+                f"turn_range {list(value)} must be [start, end] with 0 <= start <= end"
+            )
         return value
 
 

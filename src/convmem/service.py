@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
@@ -105,7 +106,9 @@ def _check_conversation_id(conversation_id: Any) -> str:
     try:
         conversation_id.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidInputError("conversation_id is not valid UTF-8", field="conversation_id") from None
+        raise InvalidInputError(
+            "conversation_id is not valid UTF-8", field="conversation_id"
+        ) from None
     return conversation_id
 
 
@@ -254,10 +257,8 @@ class Memory:
         engine.wake.set()
         for thread in engine.workers:
             thread.join(timeout=30)
-        try:
+        with contextlib.suppress(StoreError):
             engine.store.release_worker(worker_identity().rsplit(":", 1)[0] + ":")
-        except StoreError:
-            pass
         for index in engine.ann.values():
             index.save()
         engine.closed = True
@@ -359,7 +360,9 @@ class Memory:
         began = time.perf_counter()
         done = 0
         try:
-            prepared = [self._prepare(tenant, conv, jobs) for (tenant, conv), jobs in groups.items()]
+            prepared = [
+                self._prepare(tenant, conv, jobs) for (tenant, conv), jobs in groups.items()
+            ]
             self._embed_prepared(prepared)
         except Exception as exc:
             self._fail(claimed, exc)
@@ -419,7 +422,9 @@ class Memory:
             ]
         after = frontier[1] if frontier is not None else -1
         turns = store.load_turns(tenant, conversation_id, after=after)
-        plans = plan_chunks([_chunk_turn(t) for t in turns], [_chunk_turn(t) for t in carry], policy)
+        plans = plan_chunks(
+            [_chunk_turn(t) for t in turns], [_chunk_turn(t) for t in carry], policy
+        )
         records = [render_chunk(conversation_id, plan, policy, tenant=tenant) for plan in plans]
         new_frontier = frontier
         for plan in plans:
@@ -484,9 +489,13 @@ class Memory:
             InvalidInputError / FilterError: empty query, bad ``top_k`` or filters.
         """
         if not isinstance(query_text, str) or not query_text.strip():
-            raise InvalidInputError("query_text is empty; send the question to search for", field="query_text")
+            raise InvalidInputError(
+                "query_text is empty; send the question to search for", field="query_text"
+            )
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
-            raise InvalidInputError(f"top_k must be an integer in 1..1000, got {top_k!r}", field="top_k")
+            raise InvalidInputError(
+                f"top_k must be an integer in 1..1000, got {top_k!r}", field="top_k"
+            )
         spec = parse_filters(filters, tenant=self._tenant)
         began = time.perf_counter()
         query = clean_text(query_text)
@@ -498,7 +507,12 @@ class Memory:
         fused = _rrf([vector_hits, lexical_hits])[:top_k]
         rows = self._engine.store.load_rows(self._tenant, [rowid for rowid, _ in fused])
         hits = [
-            Hit(chunk_id=rows[rowid][0], score=round(score, 6), text=rows[rowid][1], metadata=rows[rowid][2])
+            Hit(
+                chunk_id=rows[rowid][0],
+                score=round(score, 6),
+                text=rows[rowid][1],
+                metadata=rows[rowid][2],
+            )
             for rowid, score in fused
             if rowid in rows
         ]
@@ -506,7 +520,9 @@ class Memory:
         logger.debug("search took %.2f ms", (time.perf_counter() - began) * 1000)
         return hits
 
-    def _vector_candidates(self, spec: Any, vector: np.ndarray, pool: int) -> list[tuple[int, float]]:  # type: ignore[type-arg]
+    def _vector_candidates(
+        self, spec: Any, vector: np.ndarray, pool: int
+    ) -> list[tuple[int, float]]:
         store = self._engine.store
         if spec.conversation_id is not None:
             return store.scan_vectors(self._tenant, spec, vector, pool)
@@ -521,7 +537,10 @@ class Memory:
             index = engine.ann.get(self._tenant)
             if index is None:
                 index = AnnIndex(
-                    engine.store, self._tenant, engine.embedding.dimension, min_rows=engine.ann_min_rows
+                    engine.store,
+                    self._tenant,
+                    engine.embedding.dimension,
+                    min_rows=engine.ann_min_rows,
                 )
                 engine.ann[self._tenant] = index
         return index if index.sync() else None
@@ -632,7 +651,8 @@ class Memory:
         for rows in engine.store.iter_live_chunks(batch_size):
             vectors = engine.embedding.embed_array([text for _, text in rows])
             engine.store.replace_vectors(
-                [(rowid, vectors[i]) for i, (rowid, _) in enumerate(rows)], engine.embedding.model_id
+                [(rowid, vectors[i]) for i, (rowid, _) in enumerate(rows)],
+                engine.embedding.model_id,
             )
             count += len(rows)
         engine.store.set_embedding_model(engine.embedding.model_id, engine.embedding.dimension)
@@ -674,7 +694,9 @@ class Memory:
         ]
         return {
             "conversation_id": conversation_id,
-            "backlog": self._engine.store.backlog_by_conversation(self._tenant).get(conversation_id, 0),
+            "backlog": self._engine.store.backlog_by_conversation(self._tenant).get(
+                conversation_id, 0
+            ),
             "last_turn": state.last_seq,
             "last_indexed_turn": state.indexed_seq,
             "failed_jobs": failed,
@@ -734,9 +756,13 @@ def _rrf(rankings: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, flo
         for rank, (rowid, _) in enumerate(ranking):
             scores[rowid] = scores.get(rowid, 0.0) + 1.0 / (RRF_K + rank + 1)
     best = len([r for r in rankings if r]) / (RRF_K + 1) or 1.0
-    return sorted(((rowid, score / best) for rowid, score in scores.items()), key=lambda x: (-x[1], x[0]))
+    return sorted(
+        ((rowid, score / best) for rowid, score in scores.items()), key=lambda x: (-x[1], x[0])
+    )
 
 
 def _check_tenant(tenant: Any) -> None:
     if not isinstance(tenant, str) or not tenant or len(tenant) > 100:
-        raise InvalidInputError("tenant must be a non-empty string of at most 100 characters", field="tenant")
+        raise InvalidInputError(
+            "tenant must be a non-empty string of at most 100 characters", field="tenant"
+        )

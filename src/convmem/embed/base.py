@@ -30,9 +30,10 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> Vectors: ...
 
 
-def normalise_rows(matrix: npt.NDArray[np.floating]) -> Vectors:  # type: ignore[type-arg]
+def normalise_rows(matrix: npt.ArrayLike) -> Vectors:
     """L2-normalise each row; an all-zero row stays zero."""
-    rows = np.asarray(matrix, dtype=np.float32)
+    rows: Vectors = np.asarray(matrix, dtype=np.float32)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (rows / norms).astype(np.float32, copy=False)
+    out: Vectors = (rows / norms).astype(np.float32, copy=False)
+    return out

@@ -61,7 +61,9 @@ def resolve_embedder(spec: str, *, cache_dir: Path | None = None) -> Embedder:
         try:
             return HashingEmbedder(int(tail))
         except ValueError:
-            raise EmbedderError(f"Bad hashing spec {spec!r}; use 'hashing' or 'hashing:512'") from None
+            raise EmbedderError(
+                f"Bad hashing spec {spec!r}; use 'hashing' or 'hashing:512'"
+            ) from None
     if spec in MINILM_NAMES:
         return _minilm()
     if spec == "auto":

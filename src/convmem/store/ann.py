@@ -131,7 +131,9 @@ class AnnIndex:
                 keys = [int(key) for key in matches.keys]
                 scores = [1.0 - float(distance) for distance in matches.distances]
                 admitted = self._store.admit(self._tenant, spec, keys)
-                hits = [(key, score) for key, score in zip(keys, scores, strict=True) if key in admitted]
+                hits = [
+                    (key, score) for key, score in zip(keys, scores, strict=True) if key in admitted
+                ]
                 if len(hits) >= pool or count >= total:
                     return hits[:pool]
                 if want >= 8 * pool:

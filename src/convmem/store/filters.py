@@ -37,15 +37,27 @@ from convmem.errors import FilterError
 
 __all__ = ["Condition", "FilterSpec", "matches", "parse_filters", "to_sql"]
 
-STRING_FIELDS = {"conversation_id": "c.conversation_id", "intent_tag": "c.intent_tag", "category": "c.category"}
+STRING_FIELDS = {
+    "conversation_id": "c.conversation_id",
+    "intent_tag": "c.intent_tag",
+    "category": "c.category",
+}
 INT_FIELDS = {"chunk_version": "c.chunk_version"}
 ARRAY_FIELDS = {"participants": "c.participants", "speakers": "c.speakers"}
 BOOL_FIELDS = {"pinned": "c.pinned", "requires_confirmation": "c.requires_confirmation"}
 RANGE_FIELDS = ("timestamp_range", "turn_range")
 NUMBER_FIELDS = {"importance": "c.importance"}
 ALL_FIELDS = sorted(
-    [*STRING_FIELDS, *INT_FIELDS, *ARRAY_FIELDS, *BOOL_FIELDS, *RANGE_FIELDS, *NUMBER_FIELDS]
-    + ["deleted", "tenant"]
+    [
+        *STRING_FIELDS,
+        *INT_FIELDS,
+        *ARRAY_FIELDS,
+        *BOOL_FIELDS,
+        *RANGE_FIELDS,
+        *NUMBER_FIELDS,
+        "deleted",
+        "tenant",
+    ]
 )
 COMPARE_OPS = {"$gte": ">=", "$gt": ">", "$lte": "<=", "$lt": "<", "$eq": "="}
 MAX_LIST = 1000
@@ -280,7 +292,9 @@ def to_sql(spec: FilterSpec) -> tuple[str, list[Any]]:
             params.append(value)
         else:
             low_col, high_col = (
-                ("c.start_seq", "c.end_seq") if field == "turn_range" else ("c.ts_start", "c.ts_end")
+                ("c.start_seq", "c.end_seq")
+                if field == "turn_range"
+                else ("c.ts_start", "c.ts_end")
             )
             low, high = value
             if high is not None:
@@ -305,8 +319,12 @@ def matches(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
     for cond in spec.conditions:
         field, op, value = cond.field, cond.op, cond.value
         if field in ARRAY_FIELDS:
-            have = set(metadata.get(field) or [])
-            ok = any(v in have for v in value) if op == "$contains_any" else all(v in have for v in value)
+            members = set(metadata.get(field) or [])
+            ok = (
+                any(v in members for v in value)
+                if op == "$contains_any"
+                else all(v in members for v in value)
+            )
         elif field in RANGE_FIELDS:
             if field == "turn_range":
                 start, end = metadata["turn_range"]
@@ -319,13 +337,16 @@ def matches(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
             ok = (high is None or start <= high) and (low is None or end >= low)
         elif field in NUMBER_FIELDS:
             have = metadata.get(field)
-            ok = have is not None and {
-                "$gte": have >= value,
-                "$gt": have > value,
-                "$lte": have <= value,
-                "$lt": have < value,
-                "$eq": have == value,
-            }[op]
+            ok = (
+                have is not None
+                and {
+                    "$gte": have >= value,
+                    "$gt": have > value,
+                    "$lte": have <= value,
+                    "$lt": have < value,
+                    "$eq": have == value,
+                }[op]
+            )
         else:
             have = metadata.get(field)
             if field in BOOL_FIELDS:

@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -161,7 +161,7 @@ class IndexedChunk:
     """A chunk ready for the store: record, its vector and lexical tokens."""
 
     record: ChunkRecord
-    vector: np.ndarray  # type: ignore[type-arg]
+    vector: np.ndarray
     tokens: Sequence[str]
 
 
@@ -248,16 +248,16 @@ class SQLiteStore:
         self._closed = True
         with self._lock:
             for conn in self._connections:
-                try:
+                with suppress(sqlite3.Error):  # closing is best effort
                     conn.close()
-                except sqlite3.Error:  # pragma: no cover - closing best effort
-                    pass
             self._connections.clear()
 
     def _migrate(self) -> None:
         conn = self._db()
         with self._write():
-            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
             row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             current = int(row[0]) if row else 0
             if current > SCHEMA_VERSION:
@@ -279,9 +279,11 @@ class SQLiteStore:
 
     def embedding_model(self) -> tuple[str, int] | None:
         rows = dict(
-            self._db().execute(
+            self._db()
+            .execute(
                 "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dim')"
-            ).fetchall()
+            )
+            .fetchall()
         )
         if "embedding_model" not in rows:
             return None
@@ -408,14 +410,19 @@ class SQLiteStore:
                 "SELECT job_id, claimed_by FROM jobs WHERE status='running'"
             ).fetchall():
                 parts = (claimed_by or "").split(":")
-                if len(parts) >= 2 and parts[0] == host and parts[1].isdigit():
-                    if not _pid_alive(int(parts[1])):
-                        conn.execute(
-                            "UPDATE jobs SET status='pending', claimed_by=NULL, lease_until=NULL "
-                            "WHERE job_id=?",
-                            (job_id,),
-                        )
-                        released += 1
+                dead = (
+                    len(parts) >= 2
+                    and parts[0] == host
+                    and parts[1].isdigit()
+                    and not _pid_alive(int(parts[1]))
+                )
+                if dead:
+                    conn.execute(
+                        "UPDATE jobs SET status='pending', claimed_by=NULL, lease_until=NULL "
+                        "WHERE job_id=?",
+                        (job_id,),
+                    )
+                    released += 1
         if released:
             logger.info("released %d jobs of dead workers", released)
         return released
@@ -513,9 +520,14 @@ class SQLiteStore:
     )
 
     def job(self, tenant: str, job_id: int) -> JobInfo:
-        row = self._db().execute(
-            f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE tenant=? AND job_id=?", (tenant, job_id)
-        ).fetchone()
+        row = (
+            self._db()
+            .execute(
+                f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE tenant=? AND job_id=?",
+                (tenant, job_id),
+            )
+            .fetchone()
+        )
         if row is None:
             raise NotFoundError(f"No job {job_id} in tenant {tenant!r}")
         return self._job_info(row)
@@ -557,21 +569,27 @@ class SQLiteStore:
 
     def backlog_by_conversation(self, tenant: str) -> dict[str, int]:
         return dict(
-            self._db().execute(
+            self._db()
+            .execute(
                 "SELECT conversation_id, count(*) FROM jobs WHERE tenant=? AND status IN "
                 "('pending','running') GROUP BY conversation_id",
                 (tenant,),
-            ).fetchall()
+            )
+            .fetchall()
         )
 
     # -- indexing ----------------------------------------------------------------------
 
     def conversation_state(self, tenant: str, conversation_id: str) -> ConversationState:
-        row = self._db().execute(
-            "SELECT frontier_start, frontier_end, rewind_to, revision, last_seq, indexed_seq "
-            "FROM conversations WHERE tenant=? AND conversation_id=?",
-            (tenant, conversation_id),
-        ).fetchone()
+        row = (
+            self._db()
+            .execute(
+                "SELECT frontier_start, frontier_end, rewind_to, revision, last_seq, indexed_seq "
+                "FROM conversations WHERE tenant=? AND conversation_id=?",
+                (tenant, conversation_id),
+            )
+            .fetchone()
+        )
         if row is None:
             return ConversationState(None, None, 0, None, None)
         frontier = (row[0], row[1]) if row[0] is not None else None
@@ -581,12 +599,16 @@ class SQLiteStore:
         self, tenant: str, conversation_id: str, seq: int
     ) -> tuple[int, int] | None:
         """The live, final, worker-made chunk with the greatest end before ``seq``."""
-        row = self._db().execute(
-            "SELECT start_seq, end_seq FROM chunks WHERE tenant=? AND conversation_id=? AND "
-            "origin='worker' AND deleted=0 AND provisional=0 AND end_seq < ? "
-            "ORDER BY end_seq DESC LIMIT 1",
-            (tenant, conversation_id, seq),
-        ).fetchone()
+        row = (
+            self._db()
+            .execute(
+                "SELECT start_seq, end_seq FROM chunks WHERE tenant=? AND conversation_id=? AND "
+                "origin='worker' AND deleted=0 AND provisional=0 AND end_seq < ? "
+                "ORDER BY end_seq DESC LIMIT 1",
+                (tenant, conversation_id, seq),
+            )
+            .fetchone()
+        )
         return (row[0], row[1]) if row else None
 
     def load_turns(
@@ -629,7 +651,9 @@ class SQLiteStore:
             for row in self._db().execute(sql, params)
         ]
 
-    def chunk_fingerprints(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str, bytes]]:
+    def chunk_fingerprints(
+        self, tenant: str, chunk_ids: Sequence[str]
+    ) -> dict[str, tuple[str, str, bytes]]:
         """``chunk_id -> (text_sha256, model_id, vector)`` for live chunks with vectors."""
         out: dict[str, tuple[str, str, bytes]] = {}
         for start in range(0, len(chunk_ids), 500):
@@ -645,7 +669,9 @@ class SQLiteStore:
     def _next_change(self, conn: sqlite3.Connection) -> int:
         row = conn.execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
         value = int(row[0]) + 1 if row else 1
-        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('change_seq', ?)", (str(value),))
+        conn.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES ('change_seq', ?)", (str(value),)
+        )
         return value
 
     def _upsert_chunk(
@@ -805,7 +831,9 @@ class SQLiteStore:
         with self._write() as conn:
             change = self._next_change(conn)
             for item in items:
-                if self._upsert_chunk(conn, tenant, item, origin="api", model_id=model_id, change=change):
+                if self._upsert_chunk(
+                    conn, tenant, item, origin="api", model_id=model_id, change=change
+                ):
                     updated += 1
                 else:
                     inserted += 1
@@ -813,7 +841,9 @@ class SQLiteStore:
 
     # -- delete and purge --------------------------------------------------------------
 
-    def _tombstone_chunks(self, conn: sqlite3.Connection, tenant: str, rowids: Sequence[int]) -> None:
+    def _tombstone_chunks(
+        self, conn: sqlite3.Connection, tenant: str, rowids: Sequence[int]
+    ) -> None:
         change = self._next_change(conn)
         for rowid in rowids:
             conn.execute("DELETE FROM chunks_fts WHERE rowid=?", (rowid,))
@@ -919,10 +949,14 @@ class SQLiteStore:
         return {"chunks": chunks, "turns": turns}
 
     def is_deleted_turn(self, tenant: str, conversation_id: str, seq: int) -> bool:
-        row = self._db().execute(
-            "SELECT deleted FROM turns WHERE tenant=? AND conversation_id=? AND seq=?",
-            (tenant, conversation_id, seq),
-        ).fetchone()
+        row = (
+            self._db()
+            .execute(
+                "SELECT deleted FROM turns WHERE tenant=? AND conversation_id=? AND seq=?",
+                (tenant, conversation_id, seq),
+            )
+            .fetchone()
+        )
         return bool(row and row[0])
 
     # -- search ------------------------------------------------------------------------
@@ -936,7 +970,11 @@ class SQLiteStore:
         )
 
     def scan_vectors(
-        self, tenant: str, spec: FilterSpec, query: np.ndarray, limit: int  # type: ignore[type-arg]
+        self,
+        tenant: str,
+        spec: FilterSpec,
+        query: np.ndarray,
+        limit: int,
     ) -> list[tuple[int, float]]:
         """Exact cosine over every live chunk the filter admits (filter first, then score)."""
         where, params = self._live_clause(spec)
@@ -972,12 +1010,16 @@ class SQLiteStore:
             return []
         match = " OR ".join('"' + token.replace('"', '""') + '"' for token in unique[:64])
         where, params = self._live_clause(spec)
-        rows = self._db().execute(
-            f"SELECT c.rowid, bm25(chunks_fts) AS rank FROM chunks_fts JOIN chunks c ON "
-            f"c.rowid = chunks_fts.rowid WHERE chunks_fts MATCH ? AND {where} "
-            f"ORDER BY rank LIMIT ?",
-            [match, tenant, _now(), *params, limit],
-        ).fetchall()
+        rows = (
+            self._db()
+            .execute(
+                f"SELECT c.rowid, bm25(chunks_fts) AS rank FROM chunks_fts JOIN chunks c ON "
+                f"c.rowid = chunks_fts.rowid WHERE chunks_fts MATCH ? AND {where} "
+                f"ORDER BY rank LIMIT ?",
+                [match, tenant, _now(), *params, limit],
+            )
+            .fetchall()
+        )
         return [(rowid, -float(rank)) for rowid, rank in rows]
 
     def admit(self, tenant: str, spec: FilterSpec, rowids: Sequence[int]) -> set[int]:
@@ -998,7 +1040,9 @@ class SQLiteStore:
             )
         return out
 
-    def load_rows(self, tenant: str, rowids: Sequence[int]) -> dict[int, tuple[str, str, dict[str, Any]]]:
+    def load_rows(
+        self, tenant: str, rowids: Sequence[int]
+    ) -> dict[int, tuple[str, str, dict[str, Any]]]:
         """``rowid -> (chunk_id, text, metadata)`` for live rows of this tenant."""
         out: dict[int, tuple[str, str, dict[str, Any]]] = {}
         if not rowids:
@@ -1051,7 +1095,7 @@ class SQLiteStore:
             yield [(row[0], row[1]) for row in rows]
             last = rows[-1][0]
 
-    def replace_vectors(self, rows: Sequence[tuple[int, np.ndarray]], model_id: str) -> None:  # type: ignore[type-arg]
+    def replace_vectors(self, rows: Sequence[tuple[int, np.ndarray]], model_id: str) -> None:
         with self._write() as conn:
             change = self._next_change(conn)
             conn.executemany(

@@ -1,0 +1,1 @@
+"""The ``convmem`` command line (a thin adapter over the library)."""

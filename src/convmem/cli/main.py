@@ -1,0 +1,304 @@
+"""``convmem``: ingest, search, delete, reindex, purge, stats, jobs, worker, demo.
+
+Settings come from options, else the environment: ``CONVMEM_STORE`` (store URL),
+``CONVMEM_EMBEDDER`` (embedder spec), ``CONVMEM_TENANT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from convmem.errors import ConvmemError, InvalidInputError
+
+__all__ = ["build_parser", "main"]
+
+
+def _memory(args: argparse.Namespace, *, workers: int = 0, allow_model_change: bool = False) -> Any:
+    from convmem.embed import resolve_embedder
+    from convmem.service import Memory
+
+    embedder = resolve_embedder(args.embedder) if args.embedder else None
+    return Memory.open(
+        args.store,
+        embedder=embedder,
+        tenant=args.tenant,
+        workers=workers,
+        allow_model_change=allow_model_change,
+    )
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+
+
+def _ingest_file(memory: Any, path: Path, *, batch: int = 500) -> dict[str, int]:
+    from convmem.ingest.formats import iter_conversations
+
+    accepted = duplicates = conversations = 0
+    for conversation_id, turns in iter_conversations(path):
+        conversations += 1
+        for start in range(0, len(turns), batch):
+            receipt = memory.add_turns(conversation_id, turns[start : start + batch])
+            accepted += len(receipt.accepted_turn_ids)
+            duplicates += len(receipt.duplicate_turn_ids)
+    return {"conversations": conversations, "accepted": accepted, "duplicates": duplicates}
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        counts = _ingest_file(memory, Path(args.file))
+        if not args.no_wait:
+            result = memory.flush(timeout=args.timeout)
+            counts["failed_jobs"] = result.failed
+        _print_json(counts)
+    return 0
+
+
+def _show_hits(hits: Sequence[Any], as_json: bool) -> None:
+    if as_json:
+        _print_json([hit.model_dump() for hit in hits])
+        return
+    if not hits:
+        print("(no hits)")
+    for rank, hit in enumerate(hits, start=1):
+        meta = hit.metadata
+        print(
+            f"{rank}. score={hit.score:.3f} {meta['conversation_id']} turns "
+            f"{meta['turn_range'][0]}-{meta['turn_range'][1]} {hit.chunk_id}"
+        )
+        for line in hit.text.splitlines():
+            print(f"   {line}")
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    filters: dict[str, Any] = json.loads(args.filter) if args.filter else {}
+    if not isinstance(filters, dict):
+        raise InvalidInputError("--filter must be a JSON object", field="--filter")
+    if args.conversation:
+        filters["conversation_id"] = args.conversation
+    with _memory(args) as memory:
+        hits = memory.search(args.query, top_k=args.top_k, filters=filters or None)
+        _show_hits(hits, args.json)
+    return 0
+
+
+def _parse_range(value: str) -> tuple[int, int]:
+    try:
+        if "-" in value:
+            start, end = value.split("-", 1)
+            return int(start), int(end)
+        return int(value), int(value)
+    except ValueError:
+        raise InvalidInputError(
+            f"--turns {value!r} is not a range; write 3-7 or 5", field="--turns"
+        ) from None
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        result = memory.delete(
+            args.conversation,
+            turn_range=_parse_range(args.turns) if args.turns else None,
+            chunk_ids=args.chunk_id or None,
+        )
+        memory.flush(timeout=args.timeout)
+        _print_json(
+            {
+                "deleted": result.deleted,
+                "turns_deleted": result.turns_deleted,
+                "errors": result.errors,
+            }
+        )
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    with _memory(args, allow_model_change=True) as memory:
+        count = memory.reindex()
+        _print_json({"reindexed": count, "embedding_model": memory.embedding.model_id})
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        _print_json(memory.purge())
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        _print_json(memory.stats())
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        if args.retry is not None:
+            _print_json(memory.retry_job(args.retry).model_dump(mode="json"))
+        else:
+            _print_json(
+                [job.model_dump(mode="json") for job in memory.jobs(args.status, limit=args.limit)]
+            )
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    if args.once:
+        with _memory(args) as memory:
+            done = 0
+            while True:
+                ran = memory.run_pending()
+                if not ran:
+                    break
+                done += ran
+            _print_json({"jobs_done": done})
+        return 0
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    with _memory(args, workers=args.threads):
+        print(f"convmem worker running with {args.threads} threads; Ctrl-C stops", file=sys.stderr)
+        stop.wait()
+    return 0
+
+
+DEMO_QUERIES = [
+    ("我的护照什么时候到期？", None),
+    ("去日本出差要准备哪些签证材料", None),
+    ("我在饮食和座位上有什么偏好", None),
+    ("报告要什么时候交给谁", {"conversation_id": "demo_work"}),
+    ("华东区销售额是多少", None),
+]
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from convmem.store import default_store_path
+
+    if args.store is None:
+        path = default_store_path().with_name("demo.db")
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        for stale in path.parent.glob("demo.db.*.usearch*"):
+            stale.unlink()
+        args.store = str(path)
+    sample = resources.files("convmem") / "data" / "sample_zh.jsonl"
+    with resources.as_file(sample) as sample_path, _memory(args) as memory:
+        counts = _ingest_file(memory, sample_path)
+        memory.flush(timeout=args.timeout)
+        print(f"store: {memory.store.url}")
+        print(
+            f"ingested {counts['accepted']} turns of {counts['conversations']} conversations "
+            f"with {memory.embedding.model_id}; {memory.stats()['chunks']} chunks\n"
+        )
+        for query, filters in DEMO_QUERIES:
+            where = f"  filters={json.dumps(filters, ensure_ascii=False)}" if filters else ""
+            print(f"? {query}{where}")
+            _show_hits(memory.search(query, top_k=2, filters=filters), False)
+            print()
+        result = memory.delete("demo_trip", turn_range=(3, 4))
+        memory.flush(timeout=args.timeout)
+        print(f"deleted turns 3-4 of demo_trip ({result.deleted} chunks); searching again:")
+        print(f"? {DEMO_QUERIES[0][0]}")
+        _show_hits(memory.search(DEMO_QUERIES[0][0], top_k=2), False)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="convmem", description="Long-term conversation memory (embedded SQLite by default)."
+    )
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("CONVMEM_STORE"),
+        help="store URL or file (env CONVMEM_STORE; default: memory.db in the user data dir)",
+    )
+    parser.add_argument(
+        "--embedder",
+        default=os.environ.get("CONVMEM_EMBEDDER"),
+        help="embedder spec: hashing, hashing:512, all-MiniLM-L6-v2, org/name, or a model "
+        "folder (env CONVMEM_EMBEDDER; default: the store's model)",
+    )
+    parser.add_argument(
+        "--tenant",
+        default=os.environ.get("CONVMEM_TENANT", "default"),
+        help="tenant (env CONVMEM_TENANT)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log INFO to stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ingest = sub.add_parser("ingest", help="ingest a .jsonl of turns or a LoCoMo-style .json")
+    ingest.add_argument("file")
+    ingest.add_argument("--no-wait", action="store_true", help="return once turns are durable")
+    ingest.add_argument("--timeout", type=float, default=600.0)
+    ingest.set_defaults(func=cmd_ingest)
+
+    search = sub.add_parser("search", help="hybrid search")
+    search.add_argument("query")
+    search.add_argument("--top-k", type=int, default=6)
+    search.add_argument("--conversation", help="only this conversation")
+    search.add_argument("--filter", help='filters as JSON, e.g. \'{"speakers": "user"}\'')
+    search.add_argument("--json", action="store_true", help="print hits as JSON")
+    search.set_defaults(func=cmd_search)
+
+    delete = sub.add_parser("delete", help="logically delete turns or chunks")
+    delete.add_argument("conversation")
+    delete.add_argument("--turns", help="turn range, e.g. 3-7")
+    delete.add_argument("--chunk-id", action="append", help="a chunk id (repeatable)")
+    delete.add_argument("--timeout", type=float, default=600.0)
+    delete.set_defaults(func=cmd_delete)
+
+    reindex = sub.add_parser("reindex", help="re-embed every chunk with --embedder")
+    reindex.set_defaults(func=cmd_reindex)
+
+    purge = sub.add_parser("purge", help="physically remove deleted text")
+    purge.set_defaults(func=cmd_purge)
+
+    stats = sub.add_parser("stats", help="counts and metrics as JSON")
+    stats.set_defaults(func=cmd_stats)
+
+    jobs = sub.add_parser("jobs", help="list index jobs, or retry one")
+    jobs.add_argument("--status", choices=["pending", "running", "done", "failed"])
+    jobs.add_argument("--limit", type=int, default=50)
+    jobs.add_argument("--retry", type=int, metavar="JOB_ID")
+    jobs.set_defaults(func=cmd_jobs)
+
+    worker = sub.add_parser("worker", help="run index workers against the store")
+    worker.add_argument("--threads", type=int, default=1)
+    worker.add_argument("--once", action="store_true", help="drain ready jobs, then exit")
+    worker.set_defaults(func=cmd_worker)
+
+    demo = sub.add_parser("demo", help="ingest the bundled Chinese sample and search it")
+    demo.add_argument("--timeout", type=float, default=120.0)
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args))
+    except ConvmemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except json.JSONDecodeError as exc:
+        print(f"error: invalid JSON: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

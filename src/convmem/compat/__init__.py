@@ -1,0 +1,1 @@
+"""Seed-compatible entry points (kept with the seed's names on purpose)."""

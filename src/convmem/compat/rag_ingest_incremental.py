@@ -1,0 +1,174 @@
+"""Seed 001's functions with exactly its names and return shapes.
+
+Importable as ``rag_ingest_incremental`` once convmem is installed. The functions share
+one :class:`~convmem.Memory`, opened lazily from :func:`configure`, else from the
+``CONVMEM_STORE`` / ``CONVMEM_EMBEDDER`` environment variables, else ``memory.db`` in the
+user data directory (never a temporary folder).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from convmem.embed import Embedder, resolve_embedder
+from convmem.embed.service import EmbeddingService as _BaseEmbeddingService
+from convmem.errors import InvalidInputError
+from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
+from convmem.models import Turn, parse_turns
+from convmem.service import Memory
+from convmem.text import clean_text
+
+__all__ = [
+    "EmbeddingService",
+    "build_incremental_chunks",
+    "configure",
+    "embed_chunk",
+    "embed_db",
+    "logical_delete_by_source",
+    "upsert_vector_records",
+]
+
+_lock = threading.Lock()
+_memory: Memory | None = None
+_settings: dict[str, Any] = {}
+
+
+def configure(
+    store: str | None = None,
+    embedder: Embedder | str | None = None,
+    *,
+    tenant: str = "default",
+    workers: int = 0,
+) -> Memory:
+    """Choose the store and embedder these functions use (closing any earlier one)."""
+    global _memory
+    with _lock:
+        if _memory is not None:
+            _memory.close()
+            _memory = None
+        _settings.update(store=store, embedder=embedder, tenant=tenant, workers=workers)
+        _memory = _open()
+        return _memory
+
+
+def _open() -> Memory:
+    store = _settings.get("store") or os.environ.get("CONVMEM_STORE")
+    embedder = _settings.get("embedder") or os.environ.get("CONVMEM_EMBEDDER")
+    if isinstance(embedder, str):
+        embedder = resolve_embedder(embedder)
+    return Memory.open(
+        store,
+        embedder=embedder,
+        tenant=_settings.get("tenant", "default"),
+        workers=_settings.get("workers", 0),
+    )
+
+
+def _get() -> Memory:
+    global _memory
+    with _lock:
+        if _memory is None:
+            _memory = _open()
+        return _memory
+
+
+@atexit.register
+def _close() -> None:
+    global _memory
+    if _memory is not None:
+        _memory.close()
+        _memory = None
+
+
+class EmbeddingService(_BaseEmbeddingService):
+    """The seed's singleton: ``EmbeddingService.get_instance()`` is the configured model."""
+
+    @classmethod
+    def get_instance(cls, embedder: Embedder | None = None) -> _BaseEmbeddingService:
+        if embedder is not None:
+            return _BaseEmbeddingService.get_instance(embedder)
+        return _get().embedding
+
+
+def build_incremental_chunks(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Cut a run of MemoryEvents of one conversation into chunks (pure; stores nothing).
+
+    Each event has ``conversation_id``, ``turn_id``, ``text``, ``timestamp`` and
+    ``speaker``. Returns ``{conversation_id, turn_range, chunks}``; the last chunk may be
+    provisional (``metadata.provisional``) if more turns could still join it.
+    """
+    if not events:
+        raise InvalidInputError("events is empty; pass at least one MemoryEvent", field="events")
+    conversation_ids = {event.get("conversation_id") for event in events}
+    if len(conversation_ids) != 1 or not isinstance(next(iter(conversation_ids)), str):
+        raise InvalidInputError(
+            "events must all carry the same conversation_id string", field="events.conversation_id"
+        )
+    conversation_id = str(next(iter(conversation_ids)))
+    turns: list[Turn] = parse_turns(list(events), max_text_chars=32000)
+    now = datetime.now(UTC)
+    chunk_turns = [
+        ChunkTurn(
+            seq=turn.seq,
+            role=turn.role,
+            text=clean_text(turn.text),
+            timestamp=turn.timestamp or now,
+            name=turn.name,
+        )
+        for turn in turns
+    ]
+    policy = ChunkingPolicy()
+    plans = plan_chunks(chunk_turns, [], policy)
+    chunks = [render_chunk(conversation_id, plan, policy).model_dump(mode="json") for plan in plans]
+    return {
+        "conversation_id": conversation_id,
+        "turn_range": [turns[0].seq, turns[-1].seq],
+        "chunks": chunks,
+    }
+
+
+def upsert_vector_records(chunks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Embed and upsert ChunkRecords; the same ``chunk_id`` overwrites (replayable)."""
+    result = _get().upsert_chunks(list(chunks))
+    return {"upserted": result.upserted, "updated": result.updated, "errors": result.errors}
+
+
+def logical_delete_by_source(
+    conversation_id: str,
+    turn_range: Sequence[int] | None = None,
+    chunk_ids: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Logically delete by ``(conversation_id, turn_range)`` or chunk ids."""
+    result = _get().delete(conversation_id, turn_range=turn_range, chunk_ids=chunk_ids)
+    return {"deleted": result.deleted, "errors": result.errors}
+
+
+def embed_db(
+    query_text: str, top_k: int = 6, filters: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Similarity search with metadata filters; deleted chunks are always filtered out."""
+    hits = _get().search(query_text, top_k=top_k, filters=filters)
+    return {
+        "query_text": query_text,
+        "top_k": top_k,
+        "filters": dict(filters) if filters is not None else {"deleted": False},
+        "hits": [
+            {
+                "chunk_id": hit.chunk_id,
+                "score": hit.score,
+                "text": hit.text,
+                "metadata": hit.metadata,
+            }
+            for hit in hits
+        ],
+    }
+
+
+def embed_chunk(query: str) -> list[float]:
+    """The normalised vector of a query string."""
+    return _get().embed_query(query)

@@ -1,0 +1,123 @@
+"""Readers for conversation files: JSON lines of turns, and LoCoMo-style exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from convmem.errors import InvalidInputError
+
+__all__ = ["iter_conversations", "locomo_conversation", "parse_locomo_time"]
+
+_LOCOMO_TIME = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+(\w+),?\s+(\d{4})", re.I)
+_MONTHS = {
+    name: index
+    for index, name in enumerate(
+        [
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ],
+        start=1,
+    )
+}
+
+
+def parse_locomo_time(value: str) -> datetime:
+    """``"1:56 pm on 8 May, 2023"`` -> an aware UTC datetime."""
+    match = _LOCOMO_TIME.search(value)
+    if match is None:
+        raise InvalidInputError(f"unrecognised session time {value!r}", field="session_date_time")
+    hour, minute, half, day, month, year = match.groups()
+    hour_24 = int(hour) % 12 + (12 if half.lower() == "pm" else 0)
+    month_index = _MONTHS.get(month.lower())
+    if month_index is None:
+        raise InvalidInputError(f"unrecognised month in {value!r}", field="session_date_time")
+    return datetime(int(year), month_index, int(day), hour_24, int(minute), tzinfo=UTC)
+
+
+def locomo_conversation(sample: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """One LoCoMo sample -> ``(conversation_id, turns)`` with global integer turn ids.
+
+    Both speakers are people, so both get role ``user`` and their name; the LoCoMo
+    ``dia_id`` is kept in ``meta``. Turns of a session are a second apart from its start.
+    """
+    conversation = sample["conversation"]
+    conversation_id = str(sample.get("sample_id", "locomo"))
+    sessions = sorted(
+        (int(key.split("_")[1]), key)
+        for key in conversation
+        if re.fullmatch(r"session_\d+", key) and conversation[key]
+    )
+    turns: list[dict[str, Any]] = []
+    for number, key in sessions:
+        start = parse_locomo_time(conversation[f"{key}_date_time"])
+        for offset, turn in enumerate(conversation[key]):
+            text = turn.get("text", "")
+            if turn.get("blip_caption"):
+                text = f"{text} [shares a photo: {turn['blip_caption']}]".strip()
+            if not text.strip():
+                continue
+            turns.append(
+                {
+                    "turn_id": len(turns),
+                    "role": "user",
+                    "name": turn["speaker"],
+                    "text": text,
+                    "timestamp": (start + timedelta(seconds=offset)).isoformat(),
+                    "meta": {"dia_id": turn.get("dia_id"), "session": number},
+                }
+            )
+    return conversation_id, turns
+
+
+def iter_conversations(path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Conversations in a file, in file order.
+
+    ``.jsonl``: one turn per line with ``conversation_id`` (consecutive lines of one
+    conversation form a batch). ``.json``: a LoCoMo sample or a list of them.
+    """
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        data = json.loads(text)
+        for sample in data if isinstance(data, list) else [data]:
+            yield locomo_conversation(sample)
+        return
+    current: str | None = None
+    batch: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(
+                f"{path}:{number} is not JSON: {exc.msg}", field=f"line {number}"
+            ) from None
+        conversation_id = row.get("conversation_id")
+        if not isinstance(conversation_id, str):
+            raise InvalidInputError(
+                f"{path}:{number} has no conversation_id string",
+                field=f"line {number}.conversation_id",
+            )
+        if conversation_id != current and batch:
+            assert current is not None
+            yield current, batch
+            batch = []
+        current = conversation_id
+        batch.append(row)
+    if batch and current is not None:
+        yield current, batch

@@ -1,0 +1,42 @@
+"""Shared helpers for the test suite."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from convmem import Memory
+
+BASE_TIME = datetime(2026, 2, 2, 10, 0, tzinfo=UTC)
+
+
+def make_turns(
+    texts: list[str], *, start: int = 0, roles: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Turns alternating user/assistant (or the given roles), a minute apart."""
+    out = []
+    for offset, text in enumerate(texts):
+        seq = start + offset
+        role = roles[offset] if roles else ("user" if seq % 2 == 0 else "assistant")
+        out.append(
+            {
+                "turn_id": seq,
+                "role": role,
+                "text": text,
+                "timestamp": (BASE_TIME + timedelta(minutes=seq)).isoformat(),
+            }
+        )
+    return out
+
+
+def live_chunks(
+    memory: Memory, conversation_id: str | None = None
+) -> dict[str, tuple[str, tuple[int, int]]]:
+    """chunk_id -> (text, turn_range) for every live chunk, read straight from the store file."""
+    conn = memory.store._db()
+    sql = "SELECT chunk_id, text, start_seq, end_seq FROM chunks WHERE deleted=0 AND tenant=?"
+    params: list[Any] = [memory.tenant]
+    if conversation_id is not None:
+        sql += " AND conversation_id=?"
+        params.append(conversation_id)
+    return {row[0]: (row[1], (row[2], row[3])) for row in conn.execute(sql, params)}

