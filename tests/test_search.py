@@ -390,3 +390,16 @@ def test_search_in_a_fresh_temporary_store_returns_nothing() -> None:
         Memory.open(f"{folder}/empty.db", embedder=HashingEmbedder(), workers=0) as memory,
     ):
         assert memory.search("anything") == []
+
+
+def test_search_modes_and_precomputed_vectors(trip: Memory) -> None:
+    lexical = trip.search("吉他", top_k=1, mode="lexical")
+    vector = trip.search("吉他", top_k=1, mode="vector")
+    assert "吉他" in lexical[0].text and "吉他" in vector[0].text
+    precomputed = trip.embed_query("吉他")
+    assert trip.search("吉他", top_k=3, query_vector=precomputed) == trip.search("吉他", top_k=3)
+    with pytest.raises(InvalidInputError) as caught:
+        trip.search("吉他", query_vector=[0.1, 0.2])
+    assert caught.value.field == "query_vector"
+    with pytest.raises(InvalidInputError):
+        trip.search("吉他", mode="fuzzy")

@@ -89,6 +89,7 @@ class _Engine:
     ann: dict[str, AnnIndex] = field(default_factory=dict)
     ann_lock: threading.Lock = field(default_factory=threading.Lock)
     ann_min_rows: int = 20000
+    vector_weight: float = 1.0
     closed: bool = False
 
 
@@ -169,6 +170,7 @@ class Memory:
         allow_model_change: bool = False,
         model_cache_dir: Path | None = None,
         ann_min_rows: int = 20000,
+        vector_weight: float | None = None,
     ) -> Memory:
         """Open (or create) a memory store.
 
@@ -183,6 +185,9 @@ class Memory:
             durability: ``"full"`` fsyncs every acknowledged write; ``"normal"`` survives a
                 process crash but not a power loss.
             allow_model_change: open a store built with another model (for ``reindex``).
+            vector_weight: weight of the vector ranking against BM25 (weight 1) in the fusion.
+                None: 1.0 for neural embedders, 0.15 for the hashing embedder, whose vectors
+                are a noisier lexical signal (see bench/README.md).
             ann_min_rows: tenant-wide searches use the HNSW index once a tenant has this many
                 vectors; below it they scan exactly.
 
@@ -220,6 +225,11 @@ class Memory:
             lease_seconds=lease_seconds,
             job_batch=job_batch,
             ann_min_rows=ann_min_rows,
+            vector_weight=(
+                vector_weight
+                if vector_weight is not None
+                else (0.15 if embedder.model_id.startswith("hashing") else 1.0)
+            ),
         )
         memory = cls(engine, tenant)
         for index in range(workers):
@@ -479,14 +489,22 @@ class Memory:
         top_k: int = 6,
         filters: Mapping[str, Any] | None = None,
         *,
+        query_vector: Sequence[float] | None = None,
+        mode: str = "hybrid",
         candidates: int | None = None,
     ) -> list[Hit]:
         """Hybrid search: vector and BM25 candidates under the filters, fused by reciprocal rank.
 
         Deleted and expired memory is never returned; every read is scoped to this tenant.
 
+        Args:
+            query_vector: a precomputed, normalised query vector (skips embedding the query).
+            mode: ``"hybrid"`` (default), ``"vector"`` or ``"lexical"``.
+            candidates: candidates taken from each side before fusion (default
+                ``max(50, 5 * top_k)``).
+
         Raises:
-            InvalidInputError / FilterError: empty query, bad ``top_k`` or filters.
+            InvalidInputError / FilterError: empty query, bad ``top_k``, mode or filters.
         """
         if not isinstance(query_text, str) or not query_text.strip():
             raise InvalidInputError(
@@ -496,15 +514,33 @@ class Memory:
             raise InvalidInputError(
                 f"top_k must be an integer in 1..1000, got {top_k!r}", field="top_k"
             )
+        if mode not in ("hybrid", "vector", "lexical"):
+            raise InvalidInputError(
+                f"mode must be 'hybrid', 'vector' or 'lexical', got {mode!r}", field="mode"
+            )
         spec = parse_filters(filters, tenant=self._tenant)
-        began = time.perf_counter()
         query = clean_text(query_text)
-        vector = self._engine.embedding.embed_array([query])[0]
-        began_store = time.perf_counter()
+        dimension = self._engine.embedding.dimension
+        if query_vector is not None:
+            vector = np.asarray(query_vector, dtype=np.float32)
+            if vector.shape != (dimension,):
+                raise InvalidInputError(
+                    f"query_vector has shape {vector.shape}; this store uses {dimension}-d "
+                    f"vectors from '{self._engine.embedding.model_id}'",
+                    field="query_vector",
+                )
+        elif mode != "lexical":
+            vector = self._engine.embedding.embed_array([query])[0]
+        began = time.perf_counter()
         pool = candidates or max(50, top_k * 5)
-        vector_hits = self._vector_candidates(spec, vector, pool)
-        lexical_hits = self._engine.store.lexical(self._tenant, spec, tokenize(query), pool)
-        fused = _rrf([vector_hits, lexical_hits])[:top_k]
+        rankings: list[tuple[float, list[tuple[int, float]]]] = []
+        if mode != "lexical":
+            weight = self._engine.vector_weight if mode == "hybrid" else 1.0
+            rankings.append((weight, self._vector_candidates(spec, vector, pool)))
+        if mode != "vector":
+            lexical = self._engine.store.lexical(self._tenant, spec, tokenize(query), pool)
+            rankings.append((1.0, lexical))
+        fused = _rrf(rankings)[:top_k]
         rows = self._engine.store.load_rows(self._tenant, [rowid for rowid, _ in fused])
         hits = [
             Hit(
@@ -516,8 +552,7 @@ class Memory:
             for rowid, score in fused
             if rowid in rows
         ]
-        self._engine.metrics.search_latency.observe(time.perf_counter() - began_store)
-        logger.debug("search took %.2f ms", (time.perf_counter() - began) * 1000)
+        self._engine.metrics.search_latency.observe(time.perf_counter() - began)
         return hits
 
     def _vector_candidates(
@@ -749,13 +784,13 @@ def _chunk_turn(turn: StoredTurn) -> ChunkTurn:
     )
 
 
-def _rrf(rankings: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
-    """Reciprocal-rank fusion, scaled so rank 1 in every list scores 1.0."""
+def _rrf(rankings: Sequence[tuple[float, Sequence[tuple[int, float]]]]) -> list[tuple[int, float]]:
+    """Weighted reciprocal-rank fusion, scaled so rank 1 in every list scores 1.0."""
     scores: dict[int, float] = {}
-    for ranking in rankings:
+    for weight, ranking in rankings:
         for rank, (rowid, _) in enumerate(ranking):
-            scores[rowid] = scores.get(rowid, 0.0) + 1.0 / (RRF_K + rank + 1)
-    best = len([r for r in rankings if r]) / (RRF_K + 1) or 1.0
+            scores[rowid] = scores.get(rowid, 0.0) + weight / (RRF_K + rank + 1)
+    best = sum(weight for weight, ranking in rankings if ranking) / (RRF_K + 1) or 1.0
     return sorted(
         ((rowid, score / best) for rowid, score in scores.items()), key=lambda x: (-x[1], x[0])
     )

@@ -1,0 +1,259 @@
+"""Retrieval quality on LoCoMo (dev split) and MADial-Bench (zh, en).
+
+Metric (../shared/eval/README.md): take hits in rank order until they cover k turns;
+recall is the share of a question's evidence turns covered. The last hit may push the
+count past k; the mean number of turns actually returned is printed beside each recall so
+that overflow is visible. Questions without evidence are skipped.
+
+    python bench/retrieval.py --embedder hashing --out bench/results/retrieval-hashing.json
+    python bench/retrieval.py --embedder all-MiniLM-L6-v2 --modes hybrid vector
+
+LoCoMo goes through the whole write path (turns -> index worker -> chunks); MADial memories
+are single records in their user's archive (one conversation per user), because each
+memory stands alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from convmem import Memory
+from convmem.embed import resolve_embedder
+from convmem.ingest.formats import locomo_conversation
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
+BUDGETS = (5, 10, 25)
+VECTOR_WEIGHT: float | None = None
+
+
+def evidence_ids(raw: list[str]) -> set[str]:
+    """Normalise LoCoMo evidence strings: 'D8:6; D9:17', 'D:11:26', 'D30:05'."""
+    out: set[str] = set()
+    for item in raw:
+        for part in re.split(r"[;,\s]+", item):
+            match = re.fullmatch(r"D:?(\d+):0*(\d+)", part.strip())
+            if match:
+                out.add(f"D{int(match.group(1))}:{int(match.group(2))}")
+    return out
+
+
+def recall_at(hits_turns: list[list[int]], evidence: set[int], k: int) -> tuple[float, int]:
+    covered: set[int] = set()
+    for turns in hits_turns:
+        if len(covered) >= k:
+            break
+        covered.update(turns)
+    return len(evidence & covered) / len(evidence), len(covered)
+
+
+def run_locomo(embedder_spec: str, modes: list[str], workdir: Path) -> dict[str, Any]:
+    samples = json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8"))
+    embedder = resolve_embedder(embedder_spec)
+    results: dict[str, Any] = {}
+    with Memory.open(
+        str(workdir / "locomo.db"), embedder=embedder, workers=1, vector_weight=VECTOR_WEIGHT
+    ) as memory:
+        began = time.perf_counter()
+        turn_count = 0
+        dia_to_seq: dict[str, dict[str, int]] = {}
+        for sample in samples:
+            conversation_id, turns = locomo_conversation(sample)
+            dia_to_seq[conversation_id] = {t["meta"]["dia_id"]: t["turn_id"] for t in turns}
+            for start in range(0, len(turns), 200):
+                memory.add_turns(conversation_id, turns[start : start + 200])
+            turn_count += len(turns)
+        memory.flush(timeout=3600)
+        ingest_seconds = time.perf_counter() - began
+        chunk_count = memory.stats()["chunks"]
+        for mode in modes:
+            per_budget: dict[int, list[float]] = {k: [] for k in BUDGETS}
+            per_category: dict[str, dict[int, list[float]]] = defaultdict(
+                lambda: {k: [] for k in BUDGETS}
+            )
+            returned: dict[int, list[int]] = {k: [] for k in BUDGETS}
+            latencies: list[float] = []
+            for sample in samples:
+                conversation_id = str(sample["sample_id"])
+                mapping = dia_to_seq[conversation_id]
+                for qa in sample["qa"]:
+                    evidence = {
+                        mapping[d] for d in evidence_ids(qa.get("evidence", [])) if d in mapping
+                    }
+                    if not evidence:
+                        continue
+                    query_vector = None if mode == "lexical" else memory.embed_query(qa["question"])
+                    started = time.perf_counter()
+                    hits = memory.search(
+                        qa["question"],
+                        top_k=30,
+                        filters={"conversation_id": conversation_id},
+                        query_vector=query_vector,
+                        mode=mode,
+                    )
+                    latencies.append(time.perf_counter() - started)
+                    hit_turns = [
+                        [
+                            seq
+                            for seq in range(
+                                h.metadata["turn_range"][0], h.metadata["turn_range"][1] + 1
+                            )
+                        ]
+                        for h in hits
+                    ]
+                    for k in BUDGETS:
+                        value, count = recall_at(hit_turns, evidence, k)
+                        per_budget[k].append(value)
+                        per_category[str(qa["category"])][k].append(value)
+                        returned[k].append(count)
+            results[mode] = {
+                "questions": len(per_budget[5]),
+                **{f"R@{k}": round(statistics.mean(v), 4) for k, v in per_budget.items()},
+                **{f"turns@{k}": round(statistics.mean(v), 1) for k, v in returned.items()},
+                "per_category": {
+                    category: {f"R@{k}": round(statistics.mean(v), 4) for k, v in values.items()}
+                    | {"n": len(values[5])}
+                    for category, values in sorted(per_category.items())
+                },
+                "search_ms_p50": round(statistics.median(latencies) * 1000, 3),
+                "search_ms_p99": round(sorted(latencies)[int(len(latencies) * 0.99)] * 1000, 3),
+            }
+    return {
+        "turns": turn_count,
+        "chunks": chunk_count,
+        "ingest_seconds": round(ingest_seconds, 2),
+        "ingest_turns_per_second": round(turn_count / ingest_seconds, 1),
+        "modes": results,
+    }
+
+
+def _madial(language: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    folder = DATA / "madial_bench" / language
+    memories: dict[str, dict[str, Any]] = {}
+    for line in (
+        (folder / f"MADial-Bench-{language}-memory.json").read_text(encoding="utf-8").splitlines()
+    ):
+        if line.strip():
+            memories.update(json.loads(line))
+    if language == "en":  # the English file lacks user ids; ids match the Chinese file
+        zh = _madial("zh")[0]
+        for key, value in memories.items():
+            value["user-id"] = zh[key]["user-id"]
+    dialogues = [
+        json.loads(line)
+        for line in (folder / f"MADial-Bench-{language}-dialogue.json")
+        .read_text(encoding="utf-8")
+        .splitlines()
+        if line.strip()
+    ]
+    return memories, dialogues
+
+
+def _dialogue_query(dialogue: dict[str, Any]) -> str:
+    test_turn = dialogue["test-turn"][0]
+    lines = []
+    for line in dialogue["dialogue"][1:test_turn]:
+        text = re.sub(r"^<[^>]+>:\s*", "", line.strip()).strip().strip('"').strip("“”")
+        if text:
+            lines.append(text)
+    return "\n".join(lines)
+
+
+def run_madial(
+    language: str, embedder_spec: str, modes: list[str], workdir: Path
+) -> dict[str, Any]:
+    memories, dialogues = _madial(language)
+    embedder = resolve_embedder(embedder_spec)
+    results: dict[str, Any] = {}
+    with Memory.open(
+        str(workdir / f"madial-{language}.db"),
+        embedder=embedder,
+        workers=0,
+        vector_weight=VECTOR_WEIGHT,
+    ) as memory:
+        records = [
+            {
+                "chunk_id": f"mem_{key}",
+                "text": f"{value['time']} {value['scene']} {value['emotion']}\n{value['event']}",
+                "metadata": {
+                    "conversation_id": f"user{value['user-id']}",
+                    "turn_range": [int(key), int(key)],
+                },
+            }
+            for key, value in memories.items()
+        ]
+        result = memory.upsert_chunks(records)
+        assert not result.errors, result.errors[:3]
+        for mode in modes:
+            recalls: dict[int, list[float]] = {k: [] for k in (1, 5, 10)}
+            latencies: list[float] = []
+            for dialogue in dialogues:
+                relevant = {int(x) for x in dialogue["relevant-id"]}
+                if not relevant:
+                    continue
+                query = _dialogue_query(dialogue)
+                query_vector = None if mode == "lexical" else memory.embed_query(query)
+                started = time.perf_counter()
+                hits = memory.search(
+                    query,
+                    top_k=10,
+                    filters={"conversation_id": f"user{dialogue['user-id']}"},
+                    query_vector=query_vector,
+                    mode=mode,
+                )
+                latencies.append(time.perf_counter() - started)
+                ranked = [h.metadata["turn_range"][0] for h in hits]
+                for k in recalls:
+                    recalls[k].append(len(relevant & set(ranked[:k])) / len(relevant))
+            results[mode] = {
+                "dialogues": len(recalls[5]),
+                **{f"R@{k}": round(statistics.mean(v), 4) for k, v in recalls.items()},
+                "search_ms_p50": round(statistics.median(latencies) * 1000, 3),
+            }
+    return {"memories": len(memories), "modes": results}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--embedder", default="hashing")
+    parser.add_argument("--modes", nargs="+", default=["hybrid", "vector", "lexical"])
+    parser.add_argument("--only", choices=["locomo", "madial-zh", "madial-en"], nargs="*")
+    parser.add_argument("--vector-weight", type=float, default=None)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    global VECTOR_WEIGHT
+    VECTOR_WEIGHT = args.vector_weight
+    if not DATA.is_dir():
+        print(f"evaluation data not found at {DATA}", file=sys.stderr)
+        return 2
+    report: dict[str, Any] = {"embedder": args.embedder}
+    with tempfile.TemporaryDirectory() as folder:
+        workdir = Path(folder)
+        wanted = args.only or ["locomo", "madial-zh", "madial-en"]
+        if "madial-zh" in wanted:
+            report["madial_zh"] = run_madial("zh", args.embedder, args.modes, workdir)
+            print(json.dumps({"madial_zh": report["madial_zh"]}, ensure_ascii=False), flush=True)
+        if "madial-en" in wanted:
+            report["madial_en"] = run_madial("en", args.embedder, args.modes, workdir)
+            print(json.dumps({"madial_en": report["madial_en"]}, ensure_ascii=False), flush=True)
+        if "locomo" in wanted:
+            report["locomo"] = run_locomo(args.embedder, args.modes, workdir)
+            print(json.dumps({"locomo": report["locomo"]}, ensure_ascii=False), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
