@@ -50,6 +50,7 @@ class HashingEmbedder:
         if dimension < 8:
             raise ValueError(f"dimension must be >= 8, got {dimension}")
         self._dimension = dimension
+        self._slots: dict[str, tuple[tuple[int, float, float], ...]] = {}
 
     @property
     def model_id(self) -> str:
@@ -59,20 +60,29 @@ class HashingEmbedder:
     def dimension(self) -> int:
         return self._dimension
 
-    def _slot(self, feature: str) -> tuple[int, float]:
-        digest = zlib.crc32(feature.encode("utf-8"))
-        return digest % self._dimension, (1.0 if (digest >> 31) & 1 else -1.0)
+    def _token_slots(self, token: str) -> tuple[tuple[int, float, float], ...]:
+        """``(index, sign, weight)`` of each feature of a token, cached per embedder."""
+        slots = self._slots.get(token)
+        if slots is None:
+            out = []
+            for feature, weight in _features(token):
+                digest = zlib.crc32(feature.encode("utf-8"))
+                sign = 1.0 if (digest >> 31) & 1 else -1.0
+                out.append((digest % self._dimension, sign, weight))
+            slots = tuple(out)
+            if len(self._slots) < 500_000:
+                self._slots[token] = slots
+        return slots
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         out = np.zeros((len(texts), self._dimension), dtype=np.float32)
-        slot = self._slot
         for row, text in enumerate(texts):
-            counts: dict[str, float] = {}
+            weights: dict[tuple[int, float], float] = {}
             for token in tokenize(text):
-                for feature, weight in _features(token):
-                    counts[feature] = counts.get(feature, 0.0) + weight
+                for index, sign, weight in self._token_slots(token):
+                    key = (index, sign)
+                    weights[key] = weights.get(key, 0.0) + weight
             vector = out[row]
-            for feature, weight in counts.items():
-                index, sign = slot(feature)
-                vector[index] += sign * (1.0 + math.log(weight)) if weight >= 1 else sign * weight
+            for (index, sign), weight in weights.items():
+                vector[index] += sign * (1.0 + math.log(weight) if weight >= 1 else weight)
         return normalise_rows(out)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import socket
 import sqlite3
@@ -201,7 +202,7 @@ class SQLiteStore:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
-        self._change_lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._migrate()
 
     # -- connections -------------------------------------------------------------------
@@ -231,18 +232,22 @@ class SQLiteStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        # Writers of this process queue on a lock that wakes them the moment it is free;
+        # SQLite's busy handler (for other processes) sleeps in steps of up to 25 ms,
+        # which is what an acknowledgement would otherwise wait behind the index worker.
         conn = self._db()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreError(f"Could not start a write on {self.url}: {exc}") from exc
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        else:
-            conn.execute("COMMIT")
+        with self._write_lock:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"Could not start a write on {self.url}: {exc}") from exc
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
 
     def close(self) -> None:
         self._closed = True
@@ -1004,23 +1009,79 @@ class SQLiteStore:
     def lexical(
         self, tenant: str, spec: FilterSpec, tokens: Sequence[str], limit: int
     ) -> list[tuple[int, float]]:
-        """BM25 over segmented tokens, filters applied in the same query. Score: higher better."""
-        unique = list(dict.fromkeys(token for token in tokens if token))
+        """BM25 over segmented tokens under the filter. Score: higher is better.
+
+        Within one conversation the conversation's own rows are scored directly (a few
+        hundred rows; BM25 statistics from the conversation). Across a tenant, FTS5 ranks
+        the whole index and candidates are then checked against the filter, widening the
+        window until enough pass.
+        """
+        unique = list(dict.fromkeys(token for token in tokens if token))[:64]
         if not unique:
             return []
-        match = " OR ".join('"' + token.replace('"', '""') + '"' for token in unique[:64])
+        if spec.conversation_id is not None:
+            return self._lexical_rows(tenant, spec, unique, limit)
+        match = " OR ".join('"' + token.replace('"', '""') + '"' for token in unique)
+        window = max(limit * 4, 200)
+        conn = self._db()
+        while True:
+            rows = conn.execute(
+                "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
+                "ORDER BY bm25(chunks_fts) LIMIT ?",
+                (match, window),
+            ).fetchall()
+            admitted = self.admit(tenant, spec, [rowid for rowid, _ in rows])
+            hits = [(rowid, -float(rank)) for rowid, rank in rows if rowid in admitted]
+            if len(hits) >= limit or len(rows) < window:
+                return hits[:limit]
+            window *= 4
+
+    def _lexical_rows(
+        self, tenant: str, spec: FilterSpec, terms: Sequence[str], limit: int
+    ) -> list[tuple[int, float]]:
         where, params = self._live_clause(spec)
         rows = (
             self._db()
             .execute(
-                f"SELECT c.rowid, bm25(chunks_fts) AS rank FROM chunks_fts JOIN chunks c ON "
-                f"c.rowid = chunks_fts.rowid WHERE chunks_fts MATCH ? AND {where} "
-                f"ORDER BY rank LIMIT ?",
-                [match, tenant, _now(), *params, limit],
+                f"SELECT c.rowid, f.tokens FROM chunks c JOIN chunks_fts f ON f.rowid = c.rowid "
+                f"WHERE {where}",
+                [tenant, _now(), *params],
             )
             .fetchall()
         )
-        return [(rowid, -float(rank)) for rowid, rank in rows]
+        if not rows:
+            return []
+        wanted = set(terms)
+        docs: list[tuple[int, int, dict[str, int]]] = []
+        frequency: dict[str, int] = dict.fromkeys(wanted, 0)
+        total_length = 0
+        for rowid, text in rows:
+            words = text.split(" ")
+            total_length += len(words)
+            counts: dict[str, int] = {}
+            for word in words:
+                if word in wanted:
+                    counts[word] = counts.get(word, 0) + 1
+            for word in counts:
+                frequency[word] += 1
+            if counts:
+                docs.append((rowid, len(words), counts))
+        count = len(rows)
+        average = total_length / count
+        idf = {t: math.log(1 + (count - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
+        k1, b = 1.2, 0.75
+        scored = [
+            (
+                rowid,
+                sum(
+                    idf[t] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average))
+                    for t, tf in counts.items()
+                ),
+            )
+            for rowid, length, counts in docs
+        ]
+        scored.sort(key=lambda item: (-item[1], item[0]))
+        return scored[:limit]
 
     def admit(self, tenant: str, spec: FilterSpec, rowids: Sequence[int]) -> set[int]:
         """Which of ``rowids`` are live and pass the filter (post-check for ANN candidates)."""

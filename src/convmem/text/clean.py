@@ -9,54 +9,45 @@ meaning for readers, and the segmenter treats it as a separator either way.
 from __future__ import annotations
 
 import re
-import unicodedata
 
 __all__ = ["clean_text", "is_mostly_cjk"]
 
-_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
-_BLANKS = re.compile(r"[ \t\u00a0\u3000]+")
-_MANY_NEWLINES = re.compile(r"\n{3,}")
 
-
-def _fold_width(char: str) -> str:
-    code = ord(char)
+def _translation() -> dict[int, int | None]:
+    table: dict[int, int | None] = {}
     # Full-width digits and Latin letters only: U+FF10-FF19, U+FF21-FF3A, U+FF41-FF5A.
-    if 0xFF10 <= code <= 0xFF19 or 0xFF21 <= code <= 0xFF3A or 0xFF41 <= code <= 0xFF5A:
-        return chr(code - 0xFEE0)
-    return char
+    for low, high in ((0xFF10, 0xFF19), (0xFF21, 0xFF3A), (0xFF41, 0xFF5A)):
+        for code in range(low, high + 1):
+            table[code] = code - 0xFEE0
+    for code in [*range(0x00, 0x20), *range(0x7F, 0xA0)]:  # control characters
+        table[code] = None
+    table[ord("\n")] = ord("\n")
+    table[ord("\t")] = ord("\t")
+    for char in "\u200b\u200c\u200d\u2060\ufeff":  # zero-width characters
+        table[ord(char)] = None
+    return table
+
+
+_TABLE = _translation()
+_BLANKS = re.compile(r"[ \t\u00a0\u3000]+")
+_EDGE_BLANKS = re.compile(r" *\n *")
+_MANY_NEWLINES = re.compile(r"\n{3,}")
+_CJK_CHAR = re.compile(
+    r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\U00020000-\U0002a6df]"
+)
+_LETTER = re.compile(r"[^\W_]")
 
 
 def clean_text(text: str) -> str:
     """Return ``text`` with width, control characters and blanks normalised."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n").translate(_ZERO_WIDTH)
-    out = []
-    for char in text:
-        if char == "\n" or char == "\t":
-            out.append(char)
-        elif unicodedata.category(char) == "Cc":
-            continue
-        else:
-            out.append(_fold_width(char))
-    text = _BLANKS.sub(" ", "".join(out))
-    text = "\n".join(line.strip() for line in text.split("\n"))
+    text = text.replace("\r\n", "\n").replace("\r", "\n").translate(_TABLE)
+    text = _EDGE_BLANKS.sub("\n", _BLANKS.sub(" ", text))
     return _MANY_NEWLINES.sub("\n\n", text).strip()
-
-
-def _is_cjk(char: str) -> bool:
-    code = ord(char)
-    return (
-        0x4E00 <= code <= 0x9FFF
-        or 0x3400 <= code <= 0x4DBF
-        or 0x20000 <= code <= 0x2A6DF
-        or 0xF900 <= code <= 0xFAFF
-        or 0x3040 <= code <= 0x30FF  # kana: treat Japanese like Chinese for segmentation
-    )
 
 
 def is_mostly_cjk(text: str) -> bool:
     """True when CJK characters make up at least a fifth of the letters in ``text``."""
-    letters = [char for char in text if char.isalnum()]
-    if not letters:
+    cjk = len(_CJK_CHAR.findall(text))
+    if cjk == 0:
         return False
-    cjk = sum(1 for char in letters if _is_cjk(char))
-    return cjk * 5 >= len(letters)
+    return cjk * 5 >= len(_LETTER.findall(text))

@@ -1,0 +1,279 @@
+"""Speed, memory and size of the embedded store. Medians over repeats, side by side in one run.
+
+    python bench/speed.py ingest --turns 100000           # write path, hashing embedder
+    python bench/speed.py search --chunks 100000          # filtered + tenant-wide search, RSS
+    python bench/speed.py search --chunks 1000000
+    python bench/speed.py minilm                          # pipeline vs bare model throughput
+
+Search latency excludes embedding the query (vectors are precomputed, as MemoryRetrieval
+passes them), and includes the lexical side, fusion and loading the hits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from convmem import HashingEmbedder, Memory
+from convmem.ingest.formats import locomo_conversation
+from convmem.models import ChunkMetadata, ChunkRecord
+from convmem.store.sqlite import IndexedChunk
+from convmem.text import tokenize
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
+
+
+def rss_mb() -> float:
+    import psutil
+
+    return float(psutil.Process().memory_info().rss / 2**20)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def corpus_turns() -> list[tuple[str, str]]:
+    """Real dialogue lines: LoCoMo (English) and MADial (Chinese), as (role, text)."""
+    out: list[tuple[str, str]] = []
+    for sample in json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8")):
+        out.extend(("user", turn["text"]) for turn in locomo_conversation(sample)[1])
+    for line in (DATA / "madial_bench" / "zh" / "MADial-Bench-zh-dialogue.json").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            for raw in json.loads(line)["dialogue"][1:-1]:
+                text = raw.split(":", 1)[-1].strip().strip('"“”')
+                if text:
+                    out.append(("user", text))
+    return out
+
+
+def bench_ingest(turn_count: int, batch: int, durability: str) -> dict[str, Any]:
+    lines = corpus_turns()
+    rng = random.Random(1)
+    per_conversation = 200
+    with tempfile.TemporaryDirectory() as folder:
+        with Memory.open(
+            f"{folder}/ingest.db", embedder=HashingEmbedder(), workers=1, durability=durability
+        ) as memory:
+            memory.search("warm up jieba and the IDF table 预热", top_k=1)
+            acks: list[float] = []
+            began = time.perf_counter()
+            sent = 0
+            conversation = 0
+            while sent < turn_count:
+                offset = rng.randrange(len(lines) - per_conversation)
+                for start in range(0, per_conversation, batch):
+                    turns = [
+                        {
+                            "turn_id": start + i,
+                            "role": "user" if (start + i) % 2 == 0 else "assistant",
+                            "text": lines[offset + start + i][1],
+                            "timestamp": "2026-02-02T10:00:00+08:00",
+                        }
+                        for i in range(batch)
+                    ]
+                    t0 = time.perf_counter()
+                    memory.add_turns(f"conv{conversation}", turns)
+                    acks.append(time.perf_counter() - t0)
+                    sent += batch
+                conversation += 1
+            accepted = time.perf_counter() - began
+            memory.flush(timeout=3600)
+            elapsed = time.perf_counter() - began
+            stats = memory.stats()
+    return {
+        "turns": sent,
+        "batch": batch,
+        "durability": durability,
+        "end_to_end_turns_per_s": round(sent / elapsed, 1),
+        "acceptance_turns_per_s": round(sent / accepted, 1),
+        "ack_ms_p50": round(pct(acks, 0.5) * 1000, 3),
+        "ack_ms_p99": round(pct(acks, 0.99) * 1000, 3),
+        "chunks": stats["chunks"],
+    }
+
+
+def build_store(path: str, chunks: int, dimension: int, per_conversation: int) -> None:
+    """Bulk-load synthetic chunks: real dialogue text, clustered unit vectors."""
+    lines = [text for _, text in corpus_turns()]
+    rng = np.random.default_rng(7)
+    centroids = rng.standard_normal((1024, dimension)).astype(np.float32)
+    pyrng = random.Random(7)
+    with Memory.open(path, embedder=HashingEmbedder(dimension), workers=0, durability="normal") as memory:
+        store = memory.store
+        batch: list[IndexedChunk] = []
+        for index in range(chunks):
+            conversation = index // per_conversation
+            turn = (index % per_conversation) * 3
+            text = "\n".join(pyrng.choice(lines) for _ in range(3))
+            vector = centroids[pyrng.randrange(1024)] + 0.6 * rng.standard_normal(dimension).astype(np.float32)
+            vector /= np.linalg.norm(vector)
+            record = ChunkRecord(
+                chunk_id=f"chk_{index:012d}",
+                text=text,
+                metadata=ChunkMetadata(
+                    conversation_id=f"conv{conversation}",
+                    turn_range=(turn, turn + 3),
+                    timestamp_range=("2026-02-02T10:00:00+00:00", "2026-02-02T10:03:00+00:00"),
+                    speakers=["user", "assistant"],
+                ),
+            )
+            batch.append(IndexedChunk(record=record, vector=vector, tokens=tokenize(text)))
+            if len(batch) == 5000:
+                store.upsert_records("default", batch, model_id=memory.embedding.model_id)
+                batch = []
+        if batch:
+            store.upsert_records("default", batch, model_id=memory.embedding.model_id)
+
+
+def bench_search(chunks: int, dimension: int, queries: int, per_conversation: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as folder:
+        path = f"{folder}/search.db"
+        began = time.perf_counter()
+        build_store(path, chunks, dimension, per_conversation)
+        load_seconds = time.perf_counter() - began
+        gc.collect()
+        rss_before = rss_mb()
+        with Memory.open(path, embedder=HashingEmbedder(dimension), workers=0, ann_min_rows=0) as memory:
+            began = time.perf_counter()
+            memory.search("warm up", top_k=1, query_vector=np.ones(dimension, np.float32) / dimension**0.5)
+            ann_build_seconds = time.perf_counter() - began
+            conn = memory.store._db()
+            rng = random.Random(3)
+            sample_rows = [rng.randrange(1, chunks + 1) for _ in range(queries)]
+            probes = []
+            for rowid in sample_rows:
+                blob, text, meta = conn.execute(
+                    "SELECT vector, text, metadata FROM chunks WHERE rowid=?", (rowid,)
+                ).fetchone()
+                vector = np.frombuffer(blob, dtype=np.float32).copy()
+                vector += 0.3 * np.random.default_rng(rowid).standard_normal(dimension).astype(np.float32) / dimension**0.5
+                vector /= np.linalg.norm(vector)
+                words = text.split()[:6]
+                probes.append((" ".join(words) or "hello", vector, json.loads(meta)["conversation_id"]))
+            filtered, tenant_wide, recall = [], [], []
+            for query, vector, conversation in probes:
+                t0 = time.perf_counter()
+                memory.search(query, top_k=10, query_vector=vector, filters={"conversation_id": conversation})
+                filtered.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                memory.search(query, top_k=10, query_vector=vector)
+                tenant_wide.append(time.perf_counter() - t0)
+            for _, vector, _ in probes[: min(100, len(probes))]:
+                approx = {h.chunk_id for h in memory.search("x", top_k=10, query_vector=vector, mode="vector")}
+                exact = memory.store.scan_vectors("default", memory_spec(), vector, 10)
+                exact_ids = {memory.store.load_rows("default", [rowid])[rowid][0] for rowid, _ in exact}
+                recall.append(len(approx & exact_ids) / 10)
+            exact_times = []
+            for _, vector, _ in probes[:20]:
+                t0 = time.perf_counter()
+                memory.store.scan_vectors("default", memory_spec(), vector, 10)
+                exact_times.append(time.perf_counter() - t0)
+            rss_after = rss_mb()
+        files = {p.name: p.stat().st_size for p in Path(folder).iterdir()}
+    raw = chunks * dimension * 4
+    return {
+        "chunks": chunks,
+        "dimension": dimension,
+        "chunks_per_conversation": per_conversation,
+        "bulk_load_seconds": round(load_seconds, 1),
+        "ann_build_or_load_seconds": round(ann_build_seconds, 1),
+        "filtered_ms_p50": round(pct(filtered, 0.5) * 1000, 3),
+        "filtered_ms_p99": round(pct(filtered, 0.99) * 1000, 3),
+        "tenant_wide_ms_p50": round(pct(tenant_wide, 0.5) * 1000, 3),
+        "tenant_wide_ms_p99": round(pct(tenant_wide, 0.99) * 1000, 3),
+        "exact_scan_ms_p50": round(pct(exact_times, 0.5) * 1000, 1),
+        "ann_recall_at_10": round(statistics.mean(recall), 4),
+        "rss_mb_before_open": round(rss_before, 1),
+        "rss_mb_after_searches": round(rss_after, 1),
+        "raw_vector_mb": round(raw / 2**20, 1),
+        "rss_over_raw_vectors": round(rss_after * 2**20 / raw, 2),
+        "file_mb": {name: round(size / 2**20, 1) for name, size in files.items()},
+    }
+
+
+def memory_spec() -> Any:
+    from convmem.store import parse_filters
+
+    return parse_filters(None, tenant="default")
+
+
+def bench_minilm(conversations: int, repeats: int) -> dict[str, Any]:
+    from convmem.embed import resolve_embedder
+
+    samples = json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8"))[:conversations]
+    convs = [locomo_conversation(sample) for sample in samples]
+    embedder = resolve_embedder("all-MiniLM-L6-v2")
+    bare_rates, pipeline_rates = [], []
+    texts: list[str] = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as folder:
+            with Memory.open(f"{folder}/m.db", embedder=embedder, workers=1) as memory:
+                began = time.perf_counter()
+                for conversation_id, turns in convs:
+                    memory.add_turns(conversation_id, turns)
+                memory.flush(timeout=3600)
+                elapsed = time.perf_counter() - began
+                texts = [row[0] for row in memory.store._db().execute("SELECT text FROM chunks")]
+                embedded = memory.stats()["embedding_latency_seconds"]["count"]
+        pipeline_rates.append(len(texts) / elapsed)
+        began = time.perf_counter()
+        for start in range(0, len(texts), 256):
+            embedder.embed(texts[start : start + 256])
+        bare_rates.append(len(texts) / (time.perf_counter() - began))
+    turns = sum(len(t) for _, t in convs)
+    return {
+        "turns": turns,
+        "chunks": len(texts),
+        "embed_calls": embedded,
+        "bare_model_chunks_per_s": [round(r, 1) for r in bare_rates],
+        "pipeline_chunks_per_s": [round(r, 1) for r in pipeline_rates],
+        "pipeline_over_bare_median": round(statistics.median(pipeline_rates) / statistics.median(bare_rates), 3),
+        "pipeline_turns_per_s_median": round(statistics.median(pipeline_rates) * turns / len(texts), 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    ingest = sub.add_parser("ingest")
+    ingest.add_argument("--turns", type=int, default=100_000)
+    ingest.add_argument("--batch", type=int, default=20)
+    ingest.add_argument("--durability", choices=["full", "normal"], default="full")
+    search = sub.add_parser("search")
+    search.add_argument("--chunks", type=int, default=100_000)
+    search.add_argument("--dimension", type=int, default=384)
+    search.add_argument("--queries", type=int, default=300)
+    search.add_argument("--per-conversation", type=int, default=200)
+    minilm = sub.add_parser("minilm")
+    minilm.add_argument("--conversations", type=int, default=2)
+    minilm.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if args.what == "ingest":
+        result = bench_ingest(args.turns, args.batch, args.durability)
+    elif args.what == "search":
+        result = bench_search(args.chunks, args.dimension, args.queries, args.per_conversation)
+    else:
+        result = bench_minilm(args.conversations, args.repeats)
+    print(json.dumps(result, ensure_ascii=False), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
