@@ -179,6 +179,29 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
+IN_BATCH = 500
+
+
+def _select_in(
+    conn: sqlite3.Connection,
+    sql: str,
+    values: Sequence[Any],
+    *,
+    before: Sequence[Any] = (),
+    after: Sequence[Any] = (),
+) -> list[Any]:
+    """Run ``sql`` (with one ``{marks}`` placeholder list) over ``values`` in batches."""
+    rows: list[Any] = []
+    for start in range(0, len(values), IN_BATCH):
+        batch = list(values[start : start + IN_BATCH])
+        rows.extend(
+            conn.execute(
+                sql.replace("{marks}", ",".join("?" * len(batch))), [*before, *batch, *after]
+            )
+        )
+    return rows
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -660,16 +683,14 @@ class SQLiteStore:
         self, tenant: str, chunk_ids: Sequence[str]
     ) -> dict[str, tuple[str, str, bytes]]:
         """``chunk_id -> (text_sha256, model_id, vector)`` for live chunks with vectors."""
-        out: dict[str, tuple[str, str, bytes]] = {}
-        for start in range(0, len(chunk_ids), 500):
-            batch = list(chunk_ids[start : start + 500])
-            for row in self._db().execute(
-                f"SELECT chunk_id, text_sha256, model_id, vector FROM chunks WHERE tenant=? AND "
-                f"deleted=0 AND vector IS NOT NULL AND chunk_id IN ({','.join('?' * len(batch))})",
-                [tenant, *batch],
-            ):
-                out[row[0]] = (row[1], row[2], row[3])
-        return out
+        rows = _select_in(
+            self._db(),
+            "SELECT chunk_id, text_sha256, model_id, vector FROM chunks WHERE tenant=? AND "
+            "deleted=0 AND vector IS NOT NULL AND chunk_id IN ({marks})",
+            chunk_ids,
+            before=[tenant],
+        )
+        return {row[0]: (row[1], row[2], row[3]) for row in rows}
 
     def _next_change(self, conn: sqlite3.Connection) -> int:
         row = conn.execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
@@ -906,31 +927,27 @@ class SQLiteStore:
         self, tenant: str, chunk_ids: Sequence[str]
     ) -> dict[str, tuple[str, int, int, str]]:
         """``chunk_id -> (conversation_id, start, end, origin)`` for live chunks."""
-        out: dict[str, tuple[str, int, int, str]] = {}
-        for start in range(0, len(chunk_ids), 500):
-            batch = list(chunk_ids[start : start + 500])
-            for row in self._db().execute(
-                f"SELECT chunk_id, conversation_id, start_seq, end_seq, origin FROM chunks WHERE "
-                f"tenant=? AND deleted=0 AND chunk_id IN ({','.join('?' * len(batch))})",
-                [tenant, *batch],
-            ):
-                out[row[0]] = (row[1], row[2], row[3], row[4])
-        return out
+        rows = _select_in(
+            self._db(),
+            "SELECT chunk_id, conversation_id, start_seq, end_seq, origin FROM chunks WHERE "
+            "tenant=? AND deleted=0 AND chunk_id IN ({marks})",
+            chunk_ids,
+            before=[tenant],
+        )
+        return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
 
     def delete_chunk_rows(self, tenant: str, chunk_ids: Sequence[str]) -> int:
         """Logically delete chunks by id (for caller-made chunks without turns)."""
         with self._write() as conn:
-            rowids: list[int] = []
-            for start in range(0, len(chunk_ids), 500):
-                batch = list(chunk_ids[start : start + 500])
-                rowids.extend(
-                    row[0]
-                    for row in conn.execute(
-                        f"SELECT rowid FROM chunks WHERE tenant=? AND deleted=0 AND chunk_id IN "
-                        f"({','.join('?' * len(batch))})",
-                        [tenant, *batch],
-                    )
+            rowids = [
+                row[0]
+                for row in _select_in(
+                    conn,
+                    "SELECT rowid FROM chunks WHERE tenant=? AND deleted=0 AND chunk_id IN ({marks})",
+                    chunk_ids,
+                    before=[tenant],
                 )
+            ]
             self._tombstone_chunks(conn, tenant, rowids)
         return len(rowids)
 
@@ -1088,18 +1105,13 @@ class SQLiteStore:
         if not rowids:
             return set()
         where, params = self._live_clause(spec)
-        out: set[int] = set()
-        for start in range(0, len(rowids), 500):
-            batch = list(rowids[start : start + 500])
-            out.update(
-                row[0]
-                for row in self._db().execute(
-                    f"SELECT c.rowid FROM chunks c WHERE c.rowid IN ({','.join('?' * len(batch))}) "
-                    f"AND {where}",
-                    [*batch, tenant, _now(), *params],
-                )
-            )
-        return out
+        rows = _select_in(
+            self._db(),
+            f"SELECT c.rowid FROM chunks c WHERE c.rowid IN ({{marks}}) AND {where}",
+            rowids,
+            after=[tenant, _now(), *params],
+        )
+        return {row[0] for row in rows}
 
     def load_rows(
         self, tenant: str, rowids: Sequence[int]
