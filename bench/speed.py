@@ -50,7 +50,11 @@ def corpus_turns() -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for sample in json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8")):
         out.extend(("user", turn["text"]) for turn in locomo_conversation(sample)[1])
-    for line in (DATA / "madial_bench" / "zh" / "MADial-Bench-zh-dialogue.json").read_text(encoding="utf-8").splitlines():
+    for line in (
+        (DATA / "madial_bench" / "zh" / "MADial-Bench-zh-dialogue.json")
+        .read_text(encoding="utf-8")
+        .splitlines()
+    ):
         if line.strip():
             for raw in json.loads(line)["dialogue"][1:-1]:
                 text = raw.split(":", 1)[-1].strip().strip('"“”')
@@ -59,15 +63,34 @@ def corpus_turns() -> list[tuple[str, str]]:
     return out
 
 
-def bench_ingest(turn_count: int, batch: int, durability: str) -> dict[str, Any]:
+def _wait_drained(memory: Memory, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while memory.store.backlog()[0] and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def bench_ingest(turn_count: int, batch: int, durability: str, worker: str) -> dict[str, Any]:
     lines = corpus_turns()
     rng = random.Random(1)
     per_conversation = 200
     with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/ingest.db"
         with Memory.open(
-            f"{folder}/ingest.db", embedder=HashingEmbedder(), workers=1, durability=durability
+            path,
+            embedder=HashingEmbedder(),
+            workers=1 if worker == "thread" else 0,
+            durability=durability,
         ) as memory:
             memory.search("warm up jieba and the IDF table 预热", top_k=1)
+            process = None
+            if worker == "process":
+                import subprocess
+
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "convmem.cli.main", "--store", path, "worker"],
+                    stderr=subprocess.DEVNULL,
+                )
+                time.sleep(3)  # let it import and warm up before the clock starts
             acks: list[float] = []
             began = time.perf_counter()
             sent = 0
@@ -90,13 +113,20 @@ def bench_ingest(turn_count: int, batch: int, durability: str) -> dict[str, Any]
                     sent += batch
                 conversation += 1
             accepted = time.perf_counter() - began
-            memory.flush(timeout=3600)
+            if process is None:
+                memory.flush(timeout=3600)
+            else:
+                _wait_drained(memory, 3600)
             elapsed = time.perf_counter() - began
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=60)
             stats = memory.stats()
     return {
         "turns": sent,
         "batch": batch,
         "durability": durability,
+        "worker": worker,
         "end_to_end_turns_per_s": round(sent / elapsed, 1),
         "acceptance_turns_per_s": round(sent / accepted, 1),
         "ack_ms_p50": round(pct(acks, 0.5) * 1000, 3),
@@ -111,14 +141,18 @@ def build_store(path: str, chunks: int, dimension: int, per_conversation: int) -
     rng = np.random.default_rng(7)
     centroids = rng.standard_normal((1024, dimension)).astype(np.float32)
     pyrng = random.Random(7)
-    with Memory.open(path, embedder=HashingEmbedder(dimension), workers=0, durability="normal") as memory:
+    with Memory.open(
+        path, embedder=HashingEmbedder(dimension), workers=0, durability="normal"
+    ) as memory:
         store = memory.store
         batch: list[IndexedChunk] = []
         for index in range(chunks):
             conversation = index // per_conversation
             turn = (index % per_conversation) * 3
             text = "\n".join(pyrng.choice(lines) for _ in range(3))
-            vector = centroids[pyrng.randrange(1024)] + 0.6 * rng.standard_normal(dimension).astype(np.float32)
+            vector = centroids[pyrng.randrange(1024)] + 0.6 * rng.standard_normal(dimension).astype(
+                np.float32
+            )
             vector /= np.linalg.norm(vector)
             record = ChunkRecord(
                 chunk_id=f"chk_{index:012d}",
@@ -138,7 +172,9 @@ def build_store(path: str, chunks: int, dimension: int, per_conversation: int) -
             store.upsert_records("default", batch, model_id=memory.embedding.model_id)
 
 
-def bench_search(chunks: int, dimension: int, queries: int, per_conversation: int) -> dict[str, Any]:
+def bench_search(
+    chunks: int, dimension: int, queries: int, per_conversation: int, recall_probes: int
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as folder:
         path = f"{folder}/search.db"
         began = time.perf_counter()
@@ -146,9 +182,13 @@ def bench_search(chunks: int, dimension: int, queries: int, per_conversation: in
         load_seconds = time.perf_counter() - began
         gc.collect()
         rss_before = rss_mb()
-        with Memory.open(path, embedder=HashingEmbedder(dimension), workers=0, ann_min_rows=0) as memory:
+        with Memory.open(
+            path, embedder=HashingEmbedder(dimension), workers=0, ann_min_rows=0
+        ) as memory:
             began = time.perf_counter()
-            memory.search("warm up", top_k=1, query_vector=np.ones(dimension, np.float32) / dimension**0.5)
+            memory.search(
+                "warm up", top_k=1, query_vector=np.ones(dimension, np.float32) / dimension**0.5
+            )
             ann_build_seconds = time.perf_counter() - began
             conn = memory.store._db()
             rng = random.Random(3)
@@ -159,29 +199,42 @@ def bench_search(chunks: int, dimension: int, queries: int, per_conversation: in
                     "SELECT vector, text, metadata FROM chunks WHERE rowid=?", (rowid,)
                 ).fetchone()
                 vector = np.frombuffer(blob, dtype=np.float32).copy()
-                vector += 0.3 * np.random.default_rng(rowid).standard_normal(dimension).astype(np.float32) / dimension**0.5
+                vector += (
+                    0.3
+                    * np.random.default_rng(rowid).standard_normal(dimension).astype(np.float32)
+                    / dimension**0.5
+                )
                 vector /= np.linalg.norm(vector)
                 words = text.split()[:6]
-                probes.append((" ".join(words) or "hello", vector, json.loads(meta)["conversation_id"]))
+                probes.append(
+                    (" ".join(words) or "hello", vector, json.loads(meta)["conversation_id"])
+                )
             filtered, tenant_wide, recall = [], [], []
             for query, vector, conversation in probes:
                 t0 = time.perf_counter()
-                memory.search(query, top_k=10, query_vector=vector, filters={"conversation_id": conversation})
+                memory.search(
+                    query, top_k=10, query_vector=vector, filters={"conversation_id": conversation}
+                )
                 filtered.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 memory.search(query, top_k=10, query_vector=vector)
                 tenant_wide.append(time.perf_counter() - t0)
-            for _, vector, _ in probes[: min(100, len(probes))]:
-                approx = {h.chunk_id for h in memory.search("x", top_k=10, query_vector=vector, mode="vector")}
+            rss_after = rss_mb()  # before the exact scans below, which load every vector
+            for _, vector, _ in probes[:recall_probes]:
+                approx = {
+                    h.chunk_id
+                    for h in memory.search("x", top_k=10, query_vector=vector, mode="vector")
+                }
                 exact = memory.store.scan_vectors("default", memory_spec(), vector, 10)
-                exact_ids = {memory.store.load_rows("default", [rowid])[rowid][0] for rowid, _ in exact}
+                exact_ids = {
+                    memory.store.load_rows("default", [rowid])[rowid][0] for rowid, _ in exact
+                }
                 recall.append(len(approx & exact_ids) / 10)
             exact_times = []
-            for _, vector, _ in probes[:20]:
+            for _, vector, _ in probes[:5]:
                 t0 = time.perf_counter()
                 memory.store.scan_vectors("default", memory_spec(), vector, 10)
                 exact_times.append(time.perf_counter() - t0)
-            rss_after = rss_mb()
         files = {p.name: p.stat().st_size for p in Path(folder).iterdir()}
     raw = chunks * dimension * 4
     return {
@@ -196,6 +249,7 @@ def bench_search(chunks: int, dimension: int, queries: int, per_conversation: in
         "tenant_wide_ms_p99": round(pct(tenant_wide, 0.99) * 1000, 3),
         "exact_scan_ms_p50": round(pct(exact_times, 0.5) * 1000, 1),
         "ann_recall_at_10": round(statistics.mean(recall), 4),
+        "recall_probes": len(recall),
         "rss_mb_before_open": round(rss_before, 1),
         "rss_mb_after_searches": round(rss_after, 1),
         "raw_vector_mb": round(raw / 2**20, 1),
@@ -213,21 +267,25 @@ def memory_spec() -> Any:
 def bench_minilm(conversations: int, repeats: int) -> dict[str, Any]:
     from convmem.embed import resolve_embedder
 
-    samples = json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8"))[:conversations]
+    samples = json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8"))[
+        :conversations
+    ]
     convs = [locomo_conversation(sample) for sample in samples]
     embedder = resolve_embedder("all-MiniLM-L6-v2")
     bare_rates, pipeline_rates = [], []
     texts: list[str] = []
     for _ in range(repeats):
-        with tempfile.TemporaryDirectory() as folder:
-            with Memory.open(f"{folder}/m.db", embedder=embedder, workers=1) as memory:
-                began = time.perf_counter()
-                for conversation_id, turns in convs:
-                    memory.add_turns(conversation_id, turns)
-                memory.flush(timeout=3600)
-                elapsed = time.perf_counter() - began
-                texts = [row[0] for row in memory.store._db().execute("SELECT text FROM chunks")]
-                embedded = memory.stats()["embedding_latency_seconds"]["count"]
+        with (
+            tempfile.TemporaryDirectory() as folder,
+            Memory.open(f"{folder}/m.db", embedder=embedder, workers=1) as memory,
+        ):
+            began = time.perf_counter()
+            for conversation_id, turns in convs:
+                memory.add_turns(conversation_id, turns)
+            memory.flush(timeout=3600)
+            elapsed = time.perf_counter() - began
+            texts = [row[0] for row in memory.store._db().execute("SELECT text FROM chunks")]
+            embedded = memory.stats()["embedding_latency_seconds"]["count"]
         pipeline_rates.append(len(texts) / elapsed)
         began = time.perf_counter()
         for start in range(0, len(texts), 256):
@@ -240,13 +298,19 @@ def bench_minilm(conversations: int, repeats: int) -> dict[str, Any]:
         "embed_calls": embedded,
         "bare_model_chunks_per_s": [round(r, 1) for r in bare_rates],
         "pipeline_chunks_per_s": [round(r, 1) for r in pipeline_rates],
-        "pipeline_over_bare_median": round(statistics.median(pipeline_rates) / statistics.median(bare_rates), 3),
-        "pipeline_turns_per_s_median": round(statistics.median(pipeline_rates) * turns / len(texts), 1),
+        "pipeline_over_bare_median": round(
+            statistics.median(pipeline_rates) / statistics.median(bare_rates), 3
+        ),
+        "pipeline_turns_per_s_median": round(
+            statistics.median(pipeline_rates) * turns / len(texts), 1
+        ),
     }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="what", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--out", type=Path, help="also write the result here as JSON")
@@ -254,19 +318,23 @@ def main() -> int:
     ingest.add_argument("--turns", type=int, default=100_000)
     ingest.add_argument("--batch", type=int, default=20)
     ingest.add_argument("--durability", choices=["full", "normal"], default="full")
+    ingest.add_argument("--worker", choices=["thread", "process"], default="thread")
     search = sub.add_parser("search", parents=[common])
     search.add_argument("--chunks", type=int, default=100_000)
     search.add_argument("--dimension", type=int, default=384)
     search.add_argument("--queries", type=int, default=300)
     search.add_argument("--per-conversation", type=int, default=200)
+    search.add_argument("--recall-probes", type=int, default=100)
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     if args.what == "ingest":
-        result = bench_ingest(args.turns, args.batch, args.durability)
+        result = bench_ingest(args.turns, args.batch, args.durability, args.worker)
     elif args.what == "search":
-        result = bench_search(args.chunks, args.dimension, args.queries, args.per_conversation)
+        result = bench_search(
+            args.chunks, args.dimension, args.queries, args.per_conversation, args.recall_probes
+        )
     else:
         result = bench_minilm(args.conversations, args.repeats)
     print(json.dumps(result, ensure_ascii=False), flush=True)

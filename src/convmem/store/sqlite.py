@@ -36,7 +36,7 @@ __all__ = ["ClaimedJob", "ConversationState", "SQLiteStore", "StoredTurn"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 MIGRATIONS: list[str] = [
     # 1: initial schema
@@ -125,7 +125,16 @@ MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS removed_rows_change ON removed_rows (tenant, change_seq);
     CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(tokens, tokenize = 'unicode61 remove_diacritics 0');
     """,
+    # 2: term statistics of the lexical index, for pruning tenant-wide queries
+    """
+    CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vocab USING fts5vocab(chunks_fts, 'row');
+    """,
 ]
+
+# Tenant-wide BM25 reads every posting of its terms. Terms are taken rarest first until
+# their postings reach this budget (the rarest is always kept); the common words left out
+# add the least to the ranking and most of the cost.
+LEXICAL_POSTINGS_BUDGET = 8000
 
 
 @dataclass(frozen=True)
@@ -1038,9 +1047,12 @@ class SQLiteStore:
             return []
         if spec.conversation_id is not None:
             return self._lexical_rows(tenant, spec, unique, limit)
+        conn = self._db()
+        unique = self._selective_terms(conn, unique)
+        if not unique:
+            return []
         match = " OR ".join('"' + token.replace('"', '""') + '"' for token in unique)
         window = max(limit * 4, 200)
-        conn = self._db()
         while True:
             rows = conn.execute(
                 "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
@@ -1052,6 +1064,21 @@ class SQLiteStore:
             if len(hits) >= limit or len(rows) < window:
                 return hits[:limit]
             window *= 4
+
+    @staticmethod
+    def _selective_terms(conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
+        frequency = dict(
+            _select_in(conn, "SELECT term, doc FROM chunks_vocab WHERE term IN ({marks})", terms)
+        )
+        present = sorted((frequency[t], t) for t in terms if t in frequency)
+        chosen: list[str] = []
+        postings = 0
+        for count, term in present:
+            if chosen and postings + count > LEXICAL_POSTINGS_BUDGET:
+                break
+            chosen.append(term)
+            postings += count
+        return chosen
 
     def _lexical_rows(
         self, tenant: str, spec: FilterSpec, terms: Sequence[str], limit: int
@@ -1107,7 +1134,7 @@ class SQLiteStore:
         where, params = self._live_clause(spec)
         rows = _select_in(
             self._db(),
-            f"SELECT c.rowid FROM chunks c WHERE c.rowid IN ({{marks}}) AND {where}",
+            f"SELECT c.rowid FROM chunks c NOT INDEXED WHERE c.rowid IN ({{marks}}) AND {where}",
             rowids,
             after=[tenant, _now(), *params],
         )
@@ -1121,8 +1148,10 @@ class SQLiteStore:
         if not rowids:
             return out
         for row in self._db().execute(
-            f"SELECT rowid, chunk_id, text, metadata FROM chunks WHERE tenant=? AND deleted=0 AND "
-            f"rowid IN ({','.join('?' * len(rowids))})",
+            # NOT INDEXED: without it the planner walks the tenant index instead of
+            # looking up a handful of rowids (measured: 10 ms instead of 0.1 ms at 100k).
+            f"SELECT rowid, chunk_id, text, metadata FROM chunks NOT INDEXED WHERE tenant=? AND "
+            f"deleted=0 AND rowid IN ({','.join('?' * len(rowids))})",
             [tenant, *rowids],
         ):
             out[row[0]] = (row[1], row[2], json.loads(row[3]))
