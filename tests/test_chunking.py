@@ -189,3 +189,25 @@ def test_late_turn_fills_a_gap_and_rechunks(memory: Memory, tmp_path: Path) -> N
         ref.add_turns("c", turns)
         ref.flush()
         assert live_chunks(memory, "c") == live_chunks(ref, "c")
+
+
+def test_a_new_chunk_version_rebuilds_every_chunk(tmp_path: Path) -> None:
+    path = str(tmp_path / "m.db")
+    texts = [f"第{i}句：关于搬家、装修和预算的讨论。" for i in range(12)]
+    with Memory.open(path, embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(texts))
+        memory.flush()
+        memory.delete("c", turn_range=(5, 5))
+        memory.flush()
+        old = live_chunks(memory, "c")
+    policy = ChunkingPolicy(max_chars=600, max_turns=2, overlap_turns=0, version=2)
+    with Memory.open(path, embedder=HashingEmbedder(), workers=0, chunking=policy) as memory:
+        assert memory.rechunk() == 1
+        memory.flush()
+        new = live_chunks(memory, "c")
+        assert not set(old) & set(new)
+        assert all(len(text.splitlines()) <= 3 for text, _ in new.values())  # prefix + 2 turns
+        versions = {hit.metadata["chunk_version"] for hit in memory.search("预算", top_k=20)}
+        assert versions == {2}
+        assert not any("第5句" in text for text, _ in new.values())  # deleted stays deleted
+        assert all(chunk_id("c", s, e, 2) == cid for cid, (_, (s, e)) in new.items())

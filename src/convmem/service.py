@@ -30,7 +30,13 @@ from convmem.metrics import Counter, Histogram
 from convmem.models import AddTurnsReceipt, ChunkRecord, FlushResult, Hit, JobInfo, parse_turns
 from convmem.store import SQLiteStore, open_store, parse_filters
 from convmem.store.ann import AnnIndex
-from convmem.store.sqlite import ClaimedJob, IndexedChunk, StoredTurn, worker_identity
+from convmem.store.sqlite import (
+    ClaimedJob,
+    IndexBatch,
+    IndexedChunk,
+    StoredTurn,
+    worker_identity,
+)
 from convmem.text import clean_text, tokenize
 
 __all__ = ["DeleteResult", "Memory", "UpsertResult"]
@@ -377,23 +383,26 @@ class Memory:
         except Exception as exc:
             self._fail(claimed, exc)
             return 0
-        for item in prepared:
-            try:
-                ok = engine.store.apply_index(
-                    item.tenant,
-                    item.conversation_id,
-                    expected_revision=item.revision,
-                    supersede_after=item.supersede_after,
-                    chunks=item.chunks,
-                    frontier=item.frontier,
-                    indexed_seq=item.indexed_seq,
-                    job_ids=[job.job_id for job in item.jobs],
-                    model_id=engine.embedding.model_id,
-                )
-            except Exception as exc:
-                engine.metrics.upsert_failures.inc()
-                self._fail(item.jobs, exc)
-                continue
+        batches = [
+            IndexBatch(
+                tenant=item.tenant,
+                conversation_id=item.conversation_id,
+                expected_revision=item.revision,
+                supersede_after=item.supersede_after,
+                chunks=item.chunks,
+                frontier=item.frontier,
+                indexed_seq=item.indexed_seq,
+                job_ids=[job.job_id for job in item.jobs],
+            )
+            for item in prepared
+        ]
+        try:
+            results = engine.store.apply_index(batches, model_id=engine.embedding.model_id)
+        except Exception as exc:
+            engine.metrics.upsert_failures.inc()
+            self._fail(claimed, exc)
+            return 0
+        for item, ok in zip(prepared, results, strict=True):
             if ok:
                 done += len(item.jobs)
                 engine.metrics.chunks_ingested.inc(len(item.chunks))
@@ -674,6 +683,19 @@ class Memory:
             self._tenant,
         )
         return DeleteResult(deleted=deleted, turns_deleted=turns_deleted, errors=errors)
+
+    def rechunk(self, conversation_id: str | None = None) -> int:
+        """Re-cut dialogue under the current chunking policy (after changing its version).
+
+        Drops this tenant's worker-made chunks (of one conversation, or all) and queues the
+        conversations to be chunked again from their first live turn. Returns how many
+        conversations were queued; ``flush`` waits for them.
+        """
+        if conversation_id is not None:
+            conversation_id = _check_conversation_id(conversation_id)
+        count = self._engine.store.reset_conversations(self._tenant, conversation_id)
+        self._engine.wake.set()
+        return count
 
     def purge(self) -> dict[str, int]:
         """Physically remove the text of deleted chunks and turns (all tenants)."""

@@ -23,7 +23,13 @@ from convmem.errors import ConvmemError, InvalidInputError
 __all__ = ["build_parser", "main"]
 
 
-def _memory(args: argparse.Namespace, *, workers: int = 0, allow_model_change: bool = False) -> Any:
+def _memory(
+    args: argparse.Namespace,
+    *,
+    workers: int = 0,
+    allow_model_change: bool = False,
+    chunking: Any = None,
+) -> Any:
     from convmem.embed import resolve_embedder
     from convmem.service import Memory
 
@@ -34,6 +40,7 @@ def _memory(args: argparse.Namespace, *, workers: int = 0, allow_model_change: b
         tenant=args.tenant,
         workers=workers,
         allow_model_change=allow_model_change,
+        chunking=chunking,
     )
 
 
@@ -126,6 +133,24 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     with _memory(args, allow_model_change=True) as memory:
         count = memory.reindex()
         _print_json({"reindexed": count, "embedding_model": memory.embedding.model_id})
+    return 0
+
+
+def cmd_rechunk(args: argparse.Namespace) -> int:
+    from convmem.ingest import ChunkingPolicy
+
+    with _memory(
+        args,
+        chunking=ChunkingPolicy(
+            max_chars=args.max_chars,
+            max_turns=args.max_turns,
+            overlap_turns=args.overlap,
+            version=args.version,
+        ),
+    ) as memory:
+        queued = memory.rechunk(args.conversation)
+        memory.flush(timeout=args.timeout)
+        _print_json({"conversations": queued, "chunks": memory.stats()["chunks"]})
     return 0
 
 
@@ -259,6 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     reindex = sub.add_parser("reindex", help="re-embed every chunk with --embedder")
     reindex.set_defaults(func=cmd_reindex)
+
+    rechunk = sub.add_parser("rechunk", help="re-cut dialogue under a new chunking policy")
+    rechunk.add_argument("--conversation", help="only this conversation")
+    rechunk.add_argument("--version", type=int, required=True, help="the new chunk_version")
+    rechunk.add_argument("--max-chars", type=int, default=600)
+    rechunk.add_argument("--max-turns", type=int, default=4)
+    rechunk.add_argument("--overlap", type=int, default=1)
+    rechunk.add_argument("--timeout", type=float, default=3600.0)
+    rechunk.set_defaults(func=cmd_rechunk)
 
     purge = sub.add_parser("purge", help="physically remove deleted text")
     purge.set_defaults(func=cmd_purge)

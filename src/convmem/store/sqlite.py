@@ -32,7 +32,14 @@ from convmem.errors import NotFoundError, StoreError, TurnConflictError
 from convmem.models import ChunkRecord, JobInfo, Turn
 from convmem.store.filters import FilterSpec, dumps_list, to_sql
 
-__all__ = ["ClaimedJob", "ConversationState", "SQLiteStore", "StoredTurn"]
+__all__ = [
+    "ClaimedJob",
+    "ConversationState",
+    "IndexBatch",
+    "IndexedChunk",
+    "SQLiteStore",
+    "StoredTurn",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +180,20 @@ class IndexedChunk:
     record: ChunkRecord
     vector: np.ndarray
     tokens: Sequence[str]
+
+
+@dataclass(frozen=True)
+class IndexBatch:
+    """One conversation's re-planned chunks, as the worker hands them to the store."""
+
+    tenant: str
+    conversation_id: str
+    expected_revision: int
+    supersede_after: int
+    chunks: Sequence[IndexedChunk]
+    frontier: tuple[int, int] | None
+    indexed_seq: int | None
+    job_ids: Sequence[int]
 
 
 def _sha(text: str) -> str:
@@ -783,71 +804,72 @@ class SQLiteStore:
         )
         return existing is not None
 
-    def apply_index(
-        self,
-        tenant: str,
-        conversation_id: str,
-        *,
-        expected_revision: int,
-        supersede_after: int,
-        chunks: Sequence[IndexedChunk],
-        frontier: tuple[int, int] | None,
-        indexed_seq: int | None,
-        job_ids: Sequence[int],
-        model_id: str,
-    ) -> bool:
-        """Write a conversation's re-planned chunks and finish its jobs, atomically.
+    def apply_index(self, batches: Sequence[IndexBatch], *, model_id: str) -> list[bool]:
+        """Write re-planned chunks of several conversations and finish their jobs.
 
-        Live worker chunks ending after ``supersede_after`` that the new plan does not
-        contain are removed (they were provisional or re-cut). Returns False, writing
-        nothing, when the conversation changed since it was read (a delete, a late turn,
-        another worker); the caller releases its jobs to run again.
+        One transaction (one fsync) for the whole worker pass. For each conversation, live
+        worker chunks ending after ``supersede_after`` that the new plan does not contain
+        are removed (they were provisional or re-cut). A conversation that changed since
+        it was read (a delete, a late turn, another worker) is skipped and reported False;
+        the caller releases its jobs to run again.
         """
         now = _now()
+        results: list[bool] = []
         with self._write() as conn:
-            row = conn.execute(
-                "SELECT revision FROM conversations WHERE tenant=? AND conversation_id=?",
-                (tenant, conversation_id),
-            ).fetchone()
-            if row is None or row[0] != expected_revision:
-                return False
-            keep = {item.record.chunk_id for item in chunks}
-            stale = [
-                (rowid, chunk_id)
-                for rowid, chunk_id in conn.execute(
-                    "SELECT rowid, chunk_id FROM chunks WHERE tenant=? AND conversation_id=? AND "
-                    "origin='worker' AND deleted=0 AND end_seq > ?",
-                    (tenant, conversation_id, supersede_after),
-                )
-                if chunk_id not in keep
-            ]
             change = self._next_change(conn)
-            for rowid, _ in stale:
-                conn.execute("DELETE FROM chunks_fts WHERE rowid=?", (rowid,))
-                conn.execute("DELETE FROM chunks WHERE rowid=?", (rowid,))
-            for item in chunks:
-                self._upsert_chunk(
-                    conn, tenant, item, origin="worker", model_id=model_id, change=change
+            for batch in batches:
+                results.append(
+                    self._apply_one(conn, batch, model_id=model_id, change=change, now=now)
                 )
-            conn.execute(
-                "UPDATE conversations SET frontier_start=?, frontier_end=?, rewind_to=NULL, "
-                "revision=revision + 1, indexed_seq=max(coalesce(indexed_seq, -1), ?) "
-                "WHERE tenant=? AND conversation_id=?",
-                (
-                    frontier[0] if frontier else None,
-                    frontier[1] if frontier else None,
-                    indexed_seq if indexed_seq is not None else -1,
-                    tenant,
-                    conversation_id,
-                ),
+        return results
+
+    def _apply_one(
+        self, conn: sqlite3.Connection, batch: IndexBatch, *, model_id: str, change: int, now: float
+    ) -> bool:
+        tenant, conversation_id = batch.tenant, batch.conversation_id
+        row = conn.execute(
+            "SELECT revision FROM conversations WHERE tenant=? AND conversation_id=?",
+            (tenant, conversation_id),
+        ).fetchone()
+        if row is None or row[0] != batch.expected_revision:
+            return False
+        keep = {item.record.chunk_id for item in batch.chunks}
+        stale = [
+            rowid
+            for rowid, chunk_id in conn.execute(
+                "SELECT rowid, chunk_id FROM chunks WHERE tenant=? AND conversation_id=? AND "
+                "origin='worker' AND deleted=0 AND end_seq > ?",
+                (tenant, conversation_id, batch.supersede_after),
             )
-            conn.executemany(
-                "UPDATE jobs SET status='done', claimed_by=NULL, lease_until=NULL, "
-                "error_code=NULL, error_message=NULL, updated_at=? WHERE job_id=?",
-                [(now, job_id) for job_id in job_ids],
+            if chunk_id not in keep
+        ]
+        for rowid in stale:
+            conn.execute("DELETE FROM chunks_fts WHERE rowid=?", (rowid,))
+            conn.execute("DELETE FROM chunks WHERE rowid=?", (rowid,))
+        if stale:
+            self._log_removed(conn, tenant, stale, change)
+        for item in batch.chunks:
+            self._upsert_chunk(
+                conn, tenant, item, origin="worker", model_id=model_id, change=change
             )
-            if stale:
-                self._log_removed(conn, tenant, [rowid for rowid, _ in stale], change)
+        frontier = batch.frontier
+        conn.execute(
+            "UPDATE conversations SET frontier_start=?, frontier_end=?, rewind_to=NULL, "
+            "revision=revision + 1, indexed_seq=max(coalesce(indexed_seq, -1), ?) "
+            "WHERE tenant=? AND conversation_id=?",
+            (
+                frontier[0] if frontier else None,
+                frontier[1] if frontier else None,
+                batch.indexed_seq if batch.indexed_seq is not None else -1,
+                tenant,
+                conversation_id,
+            ),
+        )
+        conn.executemany(
+            "UPDATE jobs SET status='done', claimed_by=NULL, lease_until=NULL, "
+            "error_code=NULL, error_message=NULL, updated_at=? WHERE job_id=?",
+            [(now, job_id) for job_id in batch.job_ids],
+        )
         return True
 
     def _log_removed(
@@ -931,6 +953,49 @@ class SQLiteStore:
                     (tenant, conversation_id, start, max(end, state[1] or end), now, now, now),
                 ).lastrowid
         return len(rowids), turns_deleted, job_id
+
+    def reset_conversations(self, tenant: str, conversation_id: str | None = None) -> int:
+        """Drop worker-made live chunks and re-chunk from the start (a new chunking policy).
+
+        Deleted turns stay deleted; tombstones stay until purge. Returns the number of
+        conversations queued.
+        """
+        now = _now()
+        with self._write() as conn:
+            sql = "SELECT conversation_id, last_seq FROM conversations WHERE tenant=?"
+            params: list[Any] = [tenant]
+            if conversation_id is not None:
+                sql += " AND conversation_id=?"
+                params.append(conversation_id)
+            conversations = conn.execute(sql, params).fetchall()
+            change = self._next_change(conn)
+            for conversation, last_seq in conversations:
+                rowids = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT rowid FROM chunks WHERE tenant=? AND conversation_id=? AND "
+                        "origin='worker' AND deleted=0",
+                        (tenant, conversation),
+                    )
+                ]
+                for rowid in rowids:
+                    conn.execute("DELETE FROM chunks_fts WHERE rowid=?", (rowid,))
+                    conn.execute("DELETE FROM chunks WHERE rowid=?", (rowid,))
+                conn.executemany(
+                    "INSERT INTO removed_rows (tenant, row, change_seq) VALUES (?,?,?)",
+                    [(tenant, rowid, change) for rowid in rowids],
+                )
+                conn.execute(
+                    "UPDATE conversations SET frontier_start=NULL, frontier_end=NULL, "
+                    "rewind_to=NULL, revision=revision+1 WHERE tenant=? AND conversation_id=?",
+                    (tenant, conversation),
+                )
+                conn.execute(
+                    "INSERT INTO jobs (tenant, conversation_id, min_seq, max_seq, status, "
+                    "next_retry_at, created_at, updated_at) VALUES (?,?,0,?,'pending',?,?,?)",
+                    (tenant, conversation, last_seq or 0, now, now, now),
+                )
+        return len(conversations)
 
     def chunk_sources(
         self, tenant: str, chunk_ids: Sequence[str]

@@ -1,0 +1,77 @@
+"""Store internals that users feel: schema versions, lexical pruning, query plans."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from convmem import HashingEmbedder, Memory, StoreError
+from convmem.store import parse_filters
+from convmem.store import sqlite as sqlite_store
+from helpers import make_turns
+
+
+def test_a_store_from_a_newer_convmem_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0):
+        pass
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="upgrade convmem"):
+        Memory.open(str(path), embedder=HashingEmbedder(), workers=0)
+
+
+def test_an_older_store_is_migrated_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(["护照明年过期", "好的"]))
+        memory.flush()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE chunks_vocab")
+    conn.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
+        version = (
+            memory.store._db()
+            .execute("SELECT value FROM meta WHERE key='schema_version'")
+            .fetchone()
+        )
+        assert version == (str(sqlite_store.SCHEMA_VERSION),)
+        assert memory.search("护照", top_k=1)  # tenant-wide lexical uses the new table
+
+
+def test_tenant_wide_lexical_keeps_rare_terms_when_common_ones_are_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "LEXICAL_POSTINGS_BUDGET", 5)
+    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        for index in range(12):
+            memory.add_turns(
+                f"c{index}", make_turns([f"common words everywhere number {index}", "common reply"])
+            )
+        memory.add_turns(
+            "rare", make_turns(["common words and the zanzibar itinerary", "common reply"])
+        )
+        memory.flush()
+        spec = parse_filters(None, tenant="default")
+        hits = memory.store.lexical("default", spec, ["common", "words", "zanzibar"], 5)
+        assert len(hits) == 1  # only the rare term survived the budget, and it still matches
+        top = memory.search("common words zanzibar", top_k=1, mode="lexical")
+        assert top[0].metadata["conversation_id"] == "rare"
+
+
+def test_hit_rows_are_looked_up_by_rowid_not_by_scanning_the_tenant(tmp_path: Path) -> None:
+    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        conn = memory.store._db()
+        marks = ",".join("?" * 10)
+        plan = conn.execute(
+            f"EXPLAIN QUERY PLAN SELECT rowid FROM chunks NOT INDEXED WHERE tenant=? AND deleted=0 "
+            f"AND rowid IN ({marks})",
+            ["default", *range(10)],
+        ).fetchall()
+        assert "PRIMARY KEY" in str(plan)
