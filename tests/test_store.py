@@ -75,3 +75,28 @@ def test_hit_rows_are_looked_up_by_rowid_not_by_scanning_the_tenant(tmp_path: Pa
             ["default", *range(10)],
         ).fetchall()
         assert "PRIMARY KEY" in str(plan)
+
+
+def test_hnsw_catch_up_in_small_pages_matches_the_store(tmp_path: Path) -> None:
+    from convmem.store.ann import AnnIndex
+
+    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        for conv in range(6):
+            memory.add_turns(
+                f"c{conv}", make_turns([f"记录{conv}-{i}：旅行和预算" for i in range(20)])
+            )
+        memory.flush()
+        memory.delete("c2")
+        memory.flush()
+        index = AnnIndex(memory.store, "default", memory.embedding.dimension, min_rows=0, page=7)
+        assert index.sync()
+        live = {
+            row[0] for row in memory.store._db().execute("SELECT rowid FROM chunks WHERE deleted=0")
+        }
+        assert set(map(int, index._index.keys)) == live
+        spec = parse_filters(None, tenant="default")
+        query = memory.embedding.embed_array(["旅行 预算"])[0]
+        approx = [score for _, score in index.search(query, 10, spec)]
+        exact = [score for _, score in memory.store.scan_vectors("default", spec, query, 10)]
+        # near-identical texts tie; f16 may reorder ties, but the scores must agree
+        assert approx == pytest.approx(exact, abs=2e-3)

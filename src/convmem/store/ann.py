@@ -46,11 +46,13 @@ class AnnIndex:
         connectivity: int = 16,
         expansion_add: int = 128,
         expansion_search: int = 128,
+        page: int = 50_000,
     ) -> None:
         self._store = store
         self._tenant = tenant
         self._dimension = dimension
         self._min_rows = min_rows
+        self._page = page
         self._params = (connectivity, expansion_add, expansion_search)
         digest = hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:16]
         self.path = Path(f"{store.path}.{digest}.usearch")
@@ -100,24 +102,34 @@ class AnnIndex:
         with self._lock:
             if self._index is None:
                 self._load()
-            rows, removed, latest = self._store.changes_since(self._tenant, self._watermark)
             index = self._index
-            drop = [*removed, *(rowid for rowid, _, _ in rows)]
-            if drop and len(index):
-                keys = np.asarray([key for key in set(drop) if key in index], dtype=np.uint64)
-                if len(keys):
-                    index.remove(keys)
-            live = [(rowid, blob) for rowid, blob, _ in rows if blob is not None]
-            if live:
-                keys = np.asarray([rowid for rowid, _ in live], dtype=np.uint64)
-                matrix = np.frombuffer(b"".join(blob for _, blob in live), dtype=np.float32)
-                index.add(keys, matrix.reshape(len(live), self._dimension), threads=2)
-            if rows or removed:
-                self._dirty += len(rows) + len(removed)
+            latest = self._store.latest_change()
+            if latest > self._watermark:
+                removed = self._store.removed_since(self._tenant, self._watermark, latest)
+                self._remove(removed)
+                self._dirty += len(removed)
+                for rows in self._store.changes_since(
+                    self._tenant, self._watermark, latest, page=self._page
+                ):
+                    self._remove([rowid for rowid, _ in rows])
+                    live = [(rowid, blob) for rowid, blob in rows if blob is not None]
+                    if live:
+                        keys = np.asarray([rowid for rowid, _ in live], dtype=np.uint64)
+                        matrix = np.frombuffer(b"".join(blob for _, blob in live), dtype=np.float32)
+                        index.add(keys, matrix.reshape(len(live), self._dimension), threads=2)
+                    self._dirty += len(rows)
             self._watermark = max(self._watermark, latest)
             if self._dirty >= 50000:
                 self._save_locked()
             return len(index) >= self._min_rows
+
+    def _remove(self, rowids: list[int]) -> None:
+        index = self._index
+        if not rowids or not len(index):
+            return
+        keys = np.asarray([key for key in set(rowids) if key in index], dtype=np.uint64)
+        if len(keys):
+            index.remove(keys)
 
     def search(self, query: Any, pool: int, spec: FilterSpec) -> list[tuple[int, float]]:
         """Top ``pool`` live rows passing the filter, by inner product (cosine)."""

@@ -1222,29 +1222,41 @@ class SQLiteStore:
             out[row[0]] = (row[1], row[2], json.loads(row[3]))
         return out
 
+    def latest_change(self) -> int:
+        row = self._db().execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
+        return int(row[0]) if row else 0
+
     def changes_since(
-        self, tenant: str, change_seq: int
-    ) -> tuple[list[tuple[int, bytes | None, int]], list[int], int]:
-        """Rows changed after ``change_seq``: ``(live_or_tombstoned, removed_rowids, latest)``."""
+        self, tenant: str, after: int, upto: int, *, page: int = 50_000
+    ) -> Iterator[list[tuple[int, bytes | None]]]:
+        """Pages of ``(rowid, vector or None if deleted)`` changed in ``(after, upto]``.
+
+        Keyset-paginated on ``(change_seq, rowid)``, so a rebuild never holds more than one
+        page of vectors in memory.
+        """
         conn = self._db()
-        rows = [
-            (row[0], row[1] if not row[2] else None, row[3])
-            for row in conn.execute(
+        cursor = (after, 0)
+        while True:
+            rows = conn.execute(
                 "SELECT rowid, vector, deleted, change_seq FROM chunks WHERE tenant=? AND "
-                "change_seq > ? ORDER BY change_seq",
-                (tenant, change_seq),
-            )
-        ]
-        removed = [
+                "(change_seq, rowid) > (?, ?) AND change_seq <= ? ORDER BY change_seq, rowid "
+                "LIMIT ?",
+                (tenant, cursor[0], cursor[1], upto, page),
+            ).fetchall()
+            if not rows:
+                return
+            yield [(row[0], None if row[2] else row[1]) for row in rows]
+            cursor = (rows[-1][3], rows[-1][0])
+
+    def removed_since(self, tenant: str, after: int, upto: int) -> list[int]:
+        """Rowids removed (superseded or re-chunked) in ``(after, upto]``."""
+        return [
             row[0]
-            for row in conn.execute(
-                "SELECT row FROM removed_rows WHERE tenant=? AND change_seq > ?",
-                (tenant, change_seq),
+            for row in self._db().execute(
+                "SELECT row FROM removed_rows WHERE tenant=? AND change_seq > ? AND change_seq <= ?",
+                (tenant, after, upto),
             )
         ]
-        row = conn.execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
-        latest = int(row[0]) if row else 0
-        return rows, removed, latest
 
     # -- maintenance -------------------------------------------------------------------
 
