@@ -173,12 +173,19 @@ def build_store(path: str, chunks: int, dimension: int, per_conversation: int) -
 
 
 def bench_search(
-    chunks: int, dimension: int, queries: int, per_conversation: int, recall_probes: int
+    chunks: int,
+    dimension: int,
+    queries: int,
+    per_conversation: int,
+    recall_probes: int,
+    store_path: Path | None,
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as folder:
-        path = f"{folder}/search.db"
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as scratch:
+        folder = str(store_path.parent) if store_path else scratch
+        path = str(store_path) if store_path else f"{folder}/search.db"
         began = time.perf_counter()
-        build_store(path, chunks, dimension, per_conversation)
+        if not Path(path).exists():  # a kept store (--store-path) is reused as it is
+            build_store(path, chunks, dimension, per_conversation)
         load_seconds = time.perf_counter() - began
         gc.collect()
         rss_before = rss_mb()
@@ -325,6 +332,7 @@ def main() -> int:
     search.add_argument("--queries", type=int, default=300)
     search.add_argument("--per-conversation", type=int, default=200)
     search.add_argument("--recall-probes", type=int, default=100)
+    search.add_argument("--store-path", type=Path, help="build the store here once and keep it")
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
@@ -333,7 +341,12 @@ def main() -> int:
         result = bench_ingest(args.turns, args.batch, args.durability, args.worker)
     elif args.what == "search":
         result = bench_search(
-            args.chunks, args.dimension, args.queries, args.per_conversation, args.recall_probes
+            args.chunks,
+            args.dimension,
+            args.queries,
+            args.per_conversation,
+            args.recall_probes,
+            args.store_path,
         )
     else:
         result = bench_minilm(args.conversations, args.repeats)

@@ -100,3 +100,13 @@ def test_hnsw_catch_up_in_small_pages_matches_the_store(tmp_path: Path) -> None:
         exact = [score for _, score in memory.store.scan_vectors("default", spec, query, 10)]
         # near-identical texts tie; f16 may reorder ties, but the scores must agree
         assert approx == pytest.approx(exact, abs=2e-3)
+
+
+def test_a_word_searched_before_it_exists_is_found_once_indexed(memory: Memory) -> None:
+    memory.add_turns("a", make_turns(["filler text about nothing", "ok"]))
+    memory.flush()
+    assert memory.search("quokka", top_k=5, mode="lexical") == []
+    memory.add_turns("b", make_turns(["we saw a quokka on the island", "cute"]))
+    memory.flush()
+    hits = memory.search("quokka", top_k=5, mode="lexical")
+    assert hits and hits[0].metadata["conversation_id"] == "b"

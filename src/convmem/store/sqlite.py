@@ -142,6 +142,7 @@ MIGRATIONS: list[str] = [
 # their postings reach this budget (the rarest is always kept); the common words left out
 # add the least to the ranking and most of the cost.
 LEXICAL_POSTINGS_BUDGET = 8000
+TERM_CACHE_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,8 @@ class SQLiteStore:
         self._lock = threading.Lock()
         self._closed = False
         self._write_lock = threading.Lock()
+        self._term_cache: dict[str, int] = {}
+        self._term_cache_time = 0.0
         self._migrate()
 
     # -- connections -------------------------------------------------------------------
@@ -1130,16 +1133,35 @@ class SQLiteStore:
                 return hits[:limit]
             window *= 4
 
-    @staticmethod
-    def _selective_terms(conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
-        frequency = dict(
-            _select_in(conn, "SELECT term, doc FROM chunks_vocab WHERE term IN ({marks})", terms)
-        )
-        present = sorted((frequency[t], t) for t in terms if t in frequency)
+    def _selective_terms(self, conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
+        """The query's rarest terms within the postings budget (see LEXICAL_POSTINGS_BUDGET).
+
+        Document frequencies are cached in-process for a few minutes: they only steer which
+        terms are read, so a slightly stale count costs nothing in correctness. A term whose
+        postings alone exceed four budgets is never read (it is in so many chunks that it
+        says little, and the vector side still answers).
+        """
+        now = time.monotonic()
+        if now - self._term_cache_time > TERM_CACHE_SECONDS:
+            self._term_cache.clear()
+            self._term_cache_time = now
+        missing = [t for t in terms if t not in self._term_cache]
+        if missing:
+            found = dict(
+                _select_in(
+                    conn, "SELECT term, doc FROM chunks_vocab WHERE term IN ({marks})", missing
+                )
+            )
+            # absent terms are not cached: a word first indexed a moment later must be found
+            self._term_cache.update({term: int(count) for term, count in found.items()})
+        counts = {t: self._term_cache.get(t, 0) for t in terms}
+        present = sorted((count, t) for t, count in counts.items() if count)
         chosen: list[str] = []
         postings = 0
         for count, term in present:
-            if chosen and postings + count > LEXICAL_POSTINGS_BUDGET:
+            if count > 4 * LEXICAL_POSTINGS_BUDGET or (
+                chosen and postings + count > LEXICAL_POSTINGS_BUDGET
+            ):
                 break
             chosen.append(term)
             postings += count
