@@ -360,12 +360,6 @@ class SQLiteStore:
                 (str(dimension),),
             )
 
-    def count_vectors(self) -> int:
-        row = self._db().execute("SELECT count(*) FROM chunks WHERE vector IS NOT NULL").fetchone()
-        return int(row[0])
-
-    # -- write path --------------------------------------------------------------------
-
     def add_turns(
         self, tenant: str, conversation_id: str, turns: Sequence[Turn], *, accepted_at: datetime
     ) -> tuple[list[int | str], list[int | str], int | None]:
@@ -984,10 +978,7 @@ class SQLiteStore:
                 for rowid in rowids:
                     conn.execute("DELETE FROM chunks_fts WHERE rowid=?", (rowid,))
                     conn.execute("DELETE FROM chunks WHERE rowid=?", (rowid,))
-                conn.executemany(
-                    "INSERT INTO removed_rows (tenant, row, change_seq) VALUES (?,?,?)",
-                    [(tenant, rowid, change) for rowid in rowids],
-                )
+                self._log_removed(conn, tenant, rowids, change)
                 conn.execute(
                     "UPDATE conversations SET frontier_start=NULL, frontier_end=NULL, "
                     "rewind_to=NULL, revision=revision+1 WHERE tenant=? AND conversation_id=?",
@@ -1046,19 +1037,6 @@ class SQLiteStore:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         logger.info("purged %d chunks and %d turns from %s", chunks, turns, self.url)
         return {"chunks": chunks, "turns": turns}
-
-    def is_deleted_turn(self, tenant: str, conversation_id: str, seq: int) -> bool:
-        row = (
-            self._db()
-            .execute(
-                "SELECT deleted FROM turns WHERE tenant=? AND conversation_id=? AND seq=?",
-                (tenant, conversation_id, seq),
-            )
-            .fetchone()
-        )
-        return bool(row and row[0])
-
-    # -- search ------------------------------------------------------------------------
 
     def _live_clause(self, spec: FilterSpec) -> tuple[str, list[Any]]:
         where, params = to_sql(spec)
@@ -1306,9 +1284,6 @@ class SQLiteStore:
                     for rowid, vector in rows
                 ],
             )
-
-    def tenants(self) -> list[str]:
-        return [row[0] for row in self._db().execute("SELECT DISTINCT tenant FROM chunks")]
 
     def stats(self, tenant: str) -> dict[str, Any]:
         conn = self._db()
