@@ -144,3 +144,15 @@ def test_every_command_has_help() -> None:
         "demo",
     ):
         assert command in text
+
+
+def test_cli_reference_matches_the_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    from convmem.cli.reference import render_reference
+
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.delenv("CONVMEM_STORE", raising=False)
+    monkeypatch.delenv("CONVMEM_EMBEDDER", raising=False)
+    expected = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert render_reference() == expected, (
+        "regenerate: python -m convmem.cli.reference > docs/cli.md"
+    )
