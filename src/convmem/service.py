@@ -375,13 +375,18 @@ class Memory:
             groups.setdefault((job.tenant, job.conversation_id), []).append(job)
         began = time.perf_counter()
         done = 0
+        prepared: list[_Prepared] = []
+        for (tenant, conversation_id), jobs in groups.items():
+            try:
+                prepared.append(self._prepare(tenant, conversation_id, jobs))
+            except Exception as exc:  # one conversation's failure stays with its own jobs
+                self._fail(jobs, exc)
+        if not prepared:
+            return 0
         try:
-            prepared = [
-                self._prepare(tenant, conv, jobs) for (tenant, conv), jobs in groups.items()
-            ]
             self._embed_prepared(prepared)
         except Exception as exc:
-            self._fail(claimed, exc)
+            self._fail([job for item in prepared for job in item.jobs], exc)
             return 0
         batches = [
             IndexBatch(
@@ -400,7 +405,7 @@ class Memory:
             results = engine.store.apply_index(batches, model_id=engine.embedding.model_id)
         except Exception as exc:
             engine.metrics.upsert_failures.inc()
-            self._fail(claimed, exc)
+            self._fail([job for item in prepared for job in item.jobs], exc)
             return 0
         for item, ok in zip(prepared, results, strict=True):
             if ok:
