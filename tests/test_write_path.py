@@ -226,3 +226,16 @@ def test_acknowledged_turns_survive_kill_9_and_get_indexed(tmp_path: Path) -> No
             .fetchone()[0]
         )
         assert count == len(stored)
+
+
+def test_a_deleted_turn_id_is_retired(memory: Memory) -> None:
+    memory.add_turns("c", make_turns(["秘密内容", "好的"]))
+    memory.flush()
+    memory.delete("c", turn_range=(0, 0))
+    again = memory.add_turns("c", make_turns(["秘密内容"]))
+    assert again.accepted_turn_ids == [] and again.duplicate_turn_ids == [0]
+    with pytest.raises(TurnConflictError) as caught:
+        memory.add_turns("c", make_turns(["新的内容"]))
+    assert "retired" in str(caught.value) and caught.value.field == "turns[0].turn_id"
+    memory.purge()  # the hash survives purge, so the rule holds afterwards too
+    assert memory.add_turns("c", make_turns(["秘密内容"])).duplicate_turn_ids == [0]

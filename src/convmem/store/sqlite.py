@@ -385,6 +385,13 @@ class SQLiteStore:
             for index, turn in enumerate(turns):
                 digest = _sha(turn.text)
                 if turn.seq in stored:
+                    if stored[turn.seq][1] != digest and stored[turn.seq][3]:
+                        raise TurnConflictError(
+                            f"turn {turn.turn_id!r} (sequence {turn.seq}) of conversation "
+                            f"{conversation_id!r} was deleted and its id is retired; send the "
+                            "new text under a new turn id",
+                            field=f"turns[{index}].turn_id",
+                        )
                     if stored[turn.seq][1] != digest:
                         raise TurnConflictError(
                             f"turn {turn.turn_id!r} (sequence {turn.seq}) of conversation "
