@@ -234,9 +234,59 @@ ZH_STOPWORDS = frozenset(
 STOPWORDS = EN_STOPWORDS | ZH_STOPWORDS
 # Conversational filler: searchable, but never a chunk's topic.
 KEYWORD_FILLER = frozenset(
-    """了解 好的 可以 知道 觉得 真的 非常 已经 请问 是否 现在 时候 因为 所以 但是 如果 然后 还是
-    就是 这样 那样 感觉 明白 收到 谢谢 没问题 当然 一定 应该 需要 可能 yeah yes really know
-    think like well good great thanks thank sure okay right got going get one also would""".split()
+    [
+        "了解",
+        "好的",
+        "可以",
+        "知道",
+        "觉得",
+        "真的",
+        "非常",
+        "已经",
+        "请问",
+        "是否",
+        "现在",
+        "时候",
+        "因为",
+        "所以",
+        "但是",
+        "如果",
+        "然后",
+        "还是",
+        "就是",
+        "这样",
+        "那样",
+        "感觉",
+        "明白",
+        "收到",
+        "谢谢",
+        "没问题",
+        "当然",
+        "一定",
+        "应该",
+        "需要",
+        "可能",
+        "yeah",
+        "yes",
+        "really",
+        "know",
+        "think",
+        "like",
+        "well",
+        "good",
+        "great",
+        "thanks",
+        "thank",
+        "sure",
+        "okay",
+        "right",
+        "got",
+        "going",
+        "get",
+        "one",
+        "also",
+        "would",
+    ]
 )
 
 _jieba_lock = threading.Lock()
