@@ -135,6 +135,7 @@ def test_metrics_follow_the_seed(memory: Memory) -> None:
     stats = memory.stats()
     assert stats["chunks_ingested"] >= 1
     assert stats["embedding_latency_seconds"]["count"] >= 1
+    assert stats["index_batch_seconds"]["count"] >= 1
     assert stats["upsert_failures"] == 0
     assert stats["backlog"] == 0 and stats["backlog_by_conversation"] == {}
     started = time.perf_counter()

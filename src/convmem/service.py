@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 import time
@@ -35,6 +34,7 @@ from convmem.store.sqlite import (
     IndexBatch,
     IndexedChunk,
     StoredTurn,
+    text_digest,
     worker_identity,
 )
 from convmem.text import clean_text, tokenize
@@ -478,7 +478,7 @@ class Memory:
             item.vectors = [None] * len(item.records)
             for index, record in enumerate(item.records):
                 seen = known.get(record.chunk_id)
-                digest = hashlib.sha256(record.text.encode("utf-8")).hexdigest()
+                digest = text_digest(record.text)
                 if seen is not None and seen[0] == digest and seen[1] == model_id:
                     item.vectors[index] = np.frombuffer(seen[2], dtype=np.float32)
                 else:
@@ -781,6 +781,7 @@ class Memory:
             "job_retries": int(engine.metrics.job_retries.value),
             "embedding_latency_seconds": engine.embedding.latency.summary(),
             "search_latency_seconds": engine.metrics.search_latency.summary(),
+            "index_batch_seconds": engine.metrics.index_latency.summary(),
             "backlog": pending,
             "failed_jobs": failed,
             "backlog_by_conversation": engine.store.backlog_by_conversation(self._tenant),

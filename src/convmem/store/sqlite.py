@@ -39,6 +39,7 @@ __all__ = [
     "IndexedChunk",
     "SQLiteStore",
     "StoredTurn",
+    "text_digest",
 ]
 
 logger = logging.getLogger(__name__)
@@ -197,7 +198,8 @@ class IndexBatch:
     job_ids: Sequence[int]
 
 
-def _sha(text: str) -> str:
+def text_digest(text: str) -> str:
+    """sha256 of the UTF-8 text: how stored text is fingerprinted (vector reuse, duplicates)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -383,7 +385,7 @@ class SQLiteStore:
             duplicates: list[int | str] = []
             rows = []
             for index, turn in enumerate(turns):
-                digest = _sha(turn.text)
+                digest = text_digest(turn.text)
                 if turn.seq in stored:
                     if stored[turn.seq][1] != digest and stored[turn.seq][3]:
                         raise TurnConflictError(
@@ -763,7 +765,7 @@ class SQLiteStore:
             meta.turn_range[1],
             meta.chunk_version,
             record.text,
-            _sha(record.text),
+            text_digest(record.text),
             metadata_json,
             dumps_list(meta.participants),
             dumps_list(meta.speakers),
