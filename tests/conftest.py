@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from convmem import HashingEmbedder, Memory
+from convmem.governance import KeepAllMarker
 
 
 @pytest.fixture
@@ -15,11 +16,15 @@ def store_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def memory(store_url: str) -> Iterator[Memory]:
-    with Memory.open(store_url, embedder=HashingEmbedder(), workers=0) as mem:
+    with Memory.open(
+        store_url, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0
+    ) as mem:
         yield mem
 
 
 @pytest.fixture
 def threaded_memory(store_url: str) -> Iterator[Memory]:
-    with Memory.open(store_url, embedder=HashingEmbedder(), workers=1) as mem:
+    with Memory.open(
+        store_url, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=1
+    ) as mem:
         yield mem

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convmem import HashingEmbedder, Memory, chunk_id
+from convmem.governance import KeepAllMarker
 from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
 from helpers import live_chunks, make_turns
 
@@ -144,7 +145,9 @@ def test_same_input_twice_gives_same_chunk_ids(tmp_path: Path) -> None:
     texts = [f"第{i}句话，讨论项目进度和预算安排。" * (1 + i % 3) for i in range(14)]
     ids = []
     for name in ("a.db", "b.db"):
-        with Memory.open(str(tmp_path / name), embedder=HashingEmbedder(), workers=0) as memory:
+        with Memory.open(
+            str(tmp_path / name), embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0
+        ) as memory:
             memory.add_turns("c", make_turns(texts))
             memory.flush()
             ids.append(live_chunks(memory, "c"))
@@ -164,11 +167,15 @@ def test_any_split_into_batches_gives_the_same_live_chunks(
     turns = make_turns(texts)
     bounds = [0, *sorted({c for c in cuts if c < len(turns)}), len(turns)]
     with tempfile.TemporaryDirectory() as folder:
-        with Memory.open(f"{folder}/one.db", embedder=HashingEmbedder(), workers=0) as one:
+        with Memory.open(
+            f"{folder}/one.db", embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0
+        ) as one:
             one.add_turns("c", turns)
             one.flush()
             expected = live_chunks(one, "c")
-        with Memory.open(f"{folder}/many.db", embedder=HashingEmbedder(), workers=0) as many:
+        with Memory.open(
+            f"{folder}/many.db", embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0
+        ) as many:
             for start, end in itertools.pairwise(bounds):
                 if end > start:
                     many.add_turns("c", turns[start:end])
@@ -185,7 +192,9 @@ def test_late_turn_fills_a_gap_and_rechunks(memory: Memory, tmp_path: Path) -> N
     memory.flush()
     memory.add_turns("c", [turns[5]])  # older than the indexed tail: accepted, re-chunked
     memory.flush()
-    with Memory.open(str(tmp_path / "ref.db"), embedder=HashingEmbedder(), workers=0) as ref:
+    with Memory.open(
+        str(tmp_path / "ref.db"), embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0
+    ) as ref:
         ref.add_turns("c", turns)
         ref.flush()
         assert live_chunks(memory, "c") == live_chunks(ref, "c")
@@ -194,14 +203,16 @@ def test_late_turn_fills_a_gap_and_rechunks(memory: Memory, tmp_path: Path) -> N
 def test_a_new_chunk_version_rebuilds_every_chunk(tmp_path: Path) -> None:
     path = str(tmp_path / "m.db")
     texts = [f"第{i}句：关于搬家、装修和预算的讨论。" for i in range(12)]
-    with Memory.open(path, embedder=HashingEmbedder(), workers=0) as memory:
+    with Memory.open(path, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0) as memory:
         memory.add_turns("c", make_turns(texts))
         memory.flush()
         memory.delete("c", turn_range=(5, 5))
         memory.flush()
         old = live_chunks(memory, "c")
     policy = ChunkingPolicy(max_chars=600, max_turns=2, overlap_turns=0, version=2)
-    with Memory.open(path, embedder=HashingEmbedder(), workers=0, chunking=policy) as memory:
+    with Memory.open(
+        path, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0, chunking=policy
+    ) as memory:
         assert memory.rechunk() == 1
         memory.flush()
         new = live_chunks(memory, "c")

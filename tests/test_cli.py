@@ -103,7 +103,17 @@ def test_ingest_locomo_style_export(tmp_path: Path, capsys: pytest.CaptureFixtur
     path = tmp_path / "locomo.json"
     path.write_text(json.dumps([sample]))
     store = str(tmp_path / "l.db")
-    code, out, _ = _run(capsys, "--store", store, "--embedder", "hashing", "ingest", str(path))
+    code, out, _ = _run(
+        capsys,
+        "--store",
+        store,
+        "--embedder",
+        "hashing",
+        "--marker",
+        "keep-all",
+        "ingest",
+        str(path),
+    )
     assert code == 0 and json.loads(out) == {
         "conversations": 1,
         "accepted": 2,

@@ -14,6 +14,7 @@ import pytest
 
 from convmem import EmbedderError, EmbeddingMismatchError, EmbeddingService, HashingEmbedder, Memory
 from convmem.embed import OpenAIEmbedder, TransformerEmbedder, resolve_embedder
+from convmem.governance import KeepAllMarker
 from helpers import make_turns
 
 
@@ -103,7 +104,9 @@ def test_transformer_embedder_loads_a_local_model_folder(tmp_path: Path) -> None
     assert vectors.shape == (4, 32) and embedder.dimension == 32
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert np.allclose(vectors[0], vectors[2], atol=1e-6)  # deterministic, batch-independent
-    with Memory.open(str(tmp_path / "m.db"), embedder=embedder, workers=0) as memory:
+    with Memory.open(
+        str(tmp_path / "m.db"), embedder=embedder, workers=0, marker=KeepAllMarker()
+    ) as memory:
         memory.add_turns("c", make_turns(["护照过期", "visa hotel"]))
         memory.flush()
         assert memory.search("护照", top_k=1)

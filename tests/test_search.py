@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convmem import FilterError, HashingEmbedder, InvalidInputError, Memory
+from convmem.governance import KeepAllMarker
 from convmem.store import matches, parse_filters
 from helpers import live_chunks, make_turns
 
@@ -262,7 +263,9 @@ def test_delete_whole_conversation(trip: Memory) -> None:
 def test_purge_removes_deleted_text_physically(tmp_path: Path) -> None:
     path = tmp_path / "purge.db"
     marker = "独一无二的秘密口令ZQX"
-    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
+    with Memory.open(
+        str(path), embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0
+    ) as memory:
         memory.add_turns("c", make_turns([f"我的密码是{marker}", "好的", "今天天气很好", "是的"]))
         memory.flush()
         memory.delete("c", turn_range=(0, 1))
@@ -302,7 +305,11 @@ def test_tenant_wide_search_through_ann_matches_exact_and_hides_deleted(tmp_path
     results = {}
     for path, min_rows in ((exact_path, 10**9), (ann_path, 0)):
         with Memory.open(
-            str(path), embedder=HashingEmbedder(), workers=0, ann_min_rows=min_rows
+            str(path),
+            embedder=HashingEmbedder(),
+            marker=KeepAllMarker(),
+            workers=0,
+            ann_min_rows=min_rows,
         ) as memory:
             for conv in range(4):
                 memory.add_turns(f"c{conv}", make_turns(texts[conv * 60 : conv * 60 + 60]))
@@ -319,7 +326,7 @@ def test_tenant_wide_search_through_ann_matches_exact_and_hides_deleted(tmp_path
     assert any(p.name.endswith(".usearch") for p in tmp_path.iterdir())
     # a reopened store reuses the saved index and stays consistent
     with Memory.open(
-        str(ann_path), embedder=HashingEmbedder(), workers=0, ann_min_rows=0
+        str(ann_path), embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0, ann_min_rows=0
     ) as memory:
         assert memory.search("护照 签证", top_k=5)
 
@@ -387,7 +394,9 @@ def test_filter_reference_semantics_on_generated_metadata() -> None:
 def test_search_in_a_fresh_temporary_store_returns_nothing() -> None:
     with (
         tempfile.TemporaryDirectory() as folder,
-        Memory.open(f"{folder}/empty.db", embedder=HashingEmbedder(), workers=0) as memory,
+        Memory.open(
+            f"{folder}/empty.db", embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0
+        ) as memory,
     ):
         assert memory.search("anything") == []
 

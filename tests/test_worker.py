@@ -10,6 +10,7 @@ import pytest
 
 from convmem import EmbedderError, FlushTimeoutError, HashingEmbedder, Memory
 from convmem.embed.base import Vectors
+from convmem.governance import KeepAllMarker
 from helpers import live_chunks, make_turns
 
 
@@ -77,7 +78,12 @@ def test_jobs_fail_after_max_attempts_and_can_be_retried(tmp_path: Path) -> None
     embedder = OutageEmbedder()
     embedder.down = True
     with Memory.open(
-        str(tmp_path / "m.db"), embedder=embedder, workers=0, retry_base_seconds=0.0, max_attempts=3
+        str(tmp_path / "m.db"),
+        embedder=embedder,
+        workers=0,
+        retry_base_seconds=0.0,
+        max_attempts=3,
+        marker=KeepAllMarker(),
     ) as memory:
         receipt = memory.add_turns("c", make_turns(["a fact worth keeping", "noted"]))
         for _ in range(3):
@@ -101,7 +107,11 @@ def test_several_worker_threads_give_the_same_chunks_as_one(tmp_path: Path) -> N
     results = []
     for name, workers in (("one.db", 0), ("many.db", 3)):
         with Memory.open(
-            str(tmp_path / name), embedder=HashingEmbedder(), workers=workers, job_batch=2
+            str(tmp_path / name),
+            embedder=HashingEmbedder(),
+            marker=KeepAllMarker(),
+            workers=workers,
+            job_batch=2,
         ) as memory:
             for conversation_id, texts in conversations.items():
                 for start in range(0, 15, 4):
@@ -115,12 +125,12 @@ def test_several_worker_threads_give_the_same_chunks_as_one(tmp_path: Path) -> N
 
 def test_close_releases_claimed_jobs(tmp_path: Path) -> None:
     path = str(tmp_path / "m.db")
-    memory = Memory.open(path, embedder=HashingEmbedder(), workers=0)
+    memory = Memory.open(path, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0)
     receipt = memory.add_turns("c", make_turns(["hello there", "hi"]))
     memory.store.claim_jobs("elsewhere:1:1", limit=10, lease_seconds=3600)
     assert memory.job(receipt.job_id).status == "running"
     memory.close()
-    with Memory.open(path, embedder=HashingEmbedder(), workers=0) as again:
+    with Memory.open(path, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0) as again:
         # a claim by a dead process on this host is released at open
         again.store.release_worker("elsewhere:")
         assert again.flush(timeout=5).pending == 0
@@ -148,7 +158,11 @@ def test_a_failing_conversation_does_not_hold_back_the_others(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with Memory.open(
-        str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0, retry_base_seconds=60
+        str(tmp_path / "m.db"),
+        embedder=HashingEmbedder(),
+        marker=KeepAllMarker(),
+        workers=0,
+        retry_base_seconds=60,
     ) as memory:
         bad = memory.add_turns("poison", make_turns(["this conversation trips the chunker", "ok"]))
         good = memory.add_turns("fine", make_turns(["this one is indexed", "good"]))

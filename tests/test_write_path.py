@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from convmem import HashingEmbedder, InvalidInputError, Memory, TurnConflictError
+from convmem.governance import KeepAllMarker
 from helpers import live_chunks, make_turns
 
 
@@ -166,8 +167,9 @@ def test_threaded_worker_indexes_without_flush_calls(threaded_memory: Memory) ->
 WRITER = r"""
 import json, sys
 from convmem import HashingEmbedder, Memory
+from convmem.governance import KeepAllMarker
 path, start = sys.argv[1], int(sys.argv[2])
-memory = Memory.open(path, embedder=HashingEmbedder(), workers=1)
+memory = Memory.open(path, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=1)
 seq = start
 while True:
     turns = [{"turn_id": seq + i, "role": "user" if (seq + i) % 2 == 0 else "assistant",
@@ -211,7 +213,7 @@ def test_acknowledged_turns_survive_kill_9_and_get_indexed(tmp_path: Path) -> No
         for line in lines:
             acknowledged.extend(json.loads(line))
         start = max(acknowledged) + 1000  # the next writer starts on fresh ids
-    with Memory.open(path, embedder=HashingEmbedder(), workers=1) as memory:
+    with Memory.open(path, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=1) as memory:
         memory.flush(timeout=60)
         stored = {turn.seq for turn in memory.recent_turns("c", limit=100_000)}
         assert set(acknowledged) <= stored

@@ -10,6 +10,7 @@ derives from the builtin a caller would naturally catch::
     ├── NotFoundError (LookupError)           no such job, chunk, conversation
     ├── EmbeddingMismatchError                the store was built with another model or dimension
     ├── EmbedderError (RuntimeError)          a model could not be loaded or failed to embed
+    ├── MarkingError (RuntimeError)           a Stage 2 marker failed or returned invalid marks
     ├── StoreError (RuntimeError)             the store failed or is closed
     └── FlushTimeoutError (TimeoutError)      the index backlog did not drain in time
 
@@ -27,6 +28,7 @@ __all__ = [
     "FilterError",
     "FlushTimeoutError",
     "InvalidInputError",
+    "MarkingError",
     "NotFoundError",
     "StoreError",
     "TurnConflictError",
@@ -75,6 +77,23 @@ class EmbeddingMismatchError(ConvmemError):
 
 class EmbedderError(ConvmemError, RuntimeError):
     """An embedding model could not be loaded, or failed on a batch."""
+
+
+class MarkingError(ConvmemError, RuntimeError):
+    """A Stage 2 marker failed (endpoint down, malformed or invalid output); the job retries.
+
+    Attributes:
+        code: ``marker_unavailable``, ``marker_bad_json`` or ``marker_invalid_marks``;
+            recorded as the job's ``error_code``.
+        errors: the validation problems, each ``{"code", "turn_id", "field", "message"}``.
+    """
+
+    def __init__(
+        self, message: str, *, code: str, errors: list[dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.errors = errors or []
 
 
 class StoreError(ConvmemError, RuntimeError):

@@ -237,6 +237,8 @@ class ChunkMetadata(BaseModel):
     expires_at: str | None = None
     pinned: bool = False
     requires_confirmation: bool = False
+    # The turns whose text the chunk holds (kept turns); empty: every turn of turn_range.
+    turn_seqs: list[int] = Field(default_factory=list)
 
     @field_validator("turn_range")
     @classmethod
@@ -276,6 +278,8 @@ class Hit(BaseModel):
     text: str
     metadata: dict[str, Any]
     tier: str = "MTM"
+    # Seed 002 §5.1: holds something awaiting the user's confirmation; present it as such.
+    pending: bool = False
 
 
 class AddTurnsReceipt(BaseModel):

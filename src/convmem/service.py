@@ -22,13 +22,31 @@ from convmem.errors import (
     EmbeddingMismatchError,
     FlushTimeoutError,
     InvalidInputError,
+    MarkingError,
     StoreError,
+)
+from convmem.governance import (
+    EVIDENCE_LEVELS,
+    Derived,
+    GovernancePolicy,
+    Marker,
+    MarkTurn,
+    Note,
+    PinIntent,
+    RuleMarker,
+    StoredMark,
+    StoredPin,
+    TurnMark,
+    derive,
+    load_policy,
+    parse_marks,
 )
 from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
 from convmem.metrics import Counter, Histogram
 from convmem.models import AddTurnsReceipt, ChunkRecord, FlushResult, Hit, JobInfo, parse_turns
 from convmem.store import SQLiteStore, open_store, parse_filters
 from convmem.store.ann import AnnIndex
+from convmem.store.governance import MarkRow, MarkWrite, NoteRow
 from convmem.store.sqlite import (
     ClaimedJob,
     IndexBatch,
@@ -96,6 +114,10 @@ class _Engine:
     ann_lock: threading.Lock = field(default_factory=threading.Lock)
     ann_min_rows: int = 20000
     vector_weight: float = 1.0
+    marker: Marker = field(default_factory=RuleMarker)
+    policy: GovernancePolicy = field(default_factory=GovernancePolicy)
+    sweep_seconds: float = 60.0
+    last_sweep: float = 0.0
     closed: bool = False
 
 
@@ -135,6 +157,8 @@ def _check_range(turn_range: Any) -> tuple[int, int]:
 
 
 def _error_code(exc: BaseException) -> str:
+    if isinstance(exc, MarkingError):
+        return exc.code
     if isinstance(exc, EmbedderError):
         return "embedder_error"
     if isinstance(exc, StoreError):
@@ -177,6 +201,9 @@ class Memory:
         model_cache_dir: Path | None = None,
         ann_min_rows: int = 20000,
         vector_weight: float | None = None,
+        marker: Marker | None = None,
+        policy: GovernancePolicy | Mapping[str, Any] | str | Path | None = None,
+        sweep_seconds: float = 60.0,
     ) -> Memory:
         """Open (or create) a memory store.
 
@@ -196,11 +223,19 @@ class Memory:
                 are a noisier lexical signal (see bench/README.md).
             ann_min_rows: tenant-wide searches use the HNSW index once a tenant has this many
                 vectors; below it they scan exactly.
+            marker: the Stage 2 marker (default :class:`~convmem.governance.RuleMarker`;
+                :class:`~convmem.governance.KeepAllMarker` turns marking off,
+                :class:`~convmem.governance.LLMMarker` uses a chat endpoint).
+            policy: the product retention policy: a ``GovernancePolicy``, a dict of
+                overrides or a JSON file; tenants may override it with :meth:`set_policy`.
+            sweep_seconds: how often worker threads mark expired memory (0: never; call
+                :meth:`sweep_expired`).
 
         Raises:
             EmbeddingMismatchError: the store holds vectors from another model or dimension.
         """
         _check_tenant(tenant)
+        product_policy = load_policy(policy)
         store = open_store(url, durability=durability)
         try:
             recorded = store.embedding_model()
@@ -236,6 +271,9 @@ class Memory:
                 if vector_weight is not None
                 else (0.15 if embedder.model_id.startswith("hashing") else 1.0)
             ),
+            marker=marker if marker is not None else RuleMarker(),
+            policy=product_policy,
+            sweep_seconds=sweep_seconds,
         )
         memory = cls(engine, tenant)
         for index in range(workers):
@@ -352,6 +390,13 @@ class Memory:
     def _worker_loop(self) -> None:
         engine = self._engine
         while not engine.stop.is_set():
+            now = time.time()
+            if engine.sweep_seconds and now - engine.last_sweep >= engine.sweep_seconds:
+                engine.last_sweep = now
+                try:
+                    engine.store.sweep_expired(now)
+                except Exception:  # the next pass tries again
+                    logger.exception("expiry sweep failed")
             try:
                 worked = self.run_pending()
             except Exception:  # keep the worker alive; the failure is on the jobs
@@ -398,6 +443,10 @@ class Memory:
                 frontier=item.frontier,
                 indexed_seq=item.indexed_seq,
                 job_ids=[job.job_id for job in item.jobs],
+                marks_from=item.marks_from,
+                marks=item.marks,
+                pins=item.pins,
+                notes=item.notes,
             )
             for item in prepared
         ]
@@ -431,29 +480,100 @@ class Memory:
             max_attempts=engine.max_attempts,
         )
 
+    def _policy(self, tenant: str) -> GovernancePolicy:
+        return self._engine.policy.merged(
+            self._engine.store.get_policy(tenant), source="tenant policy"
+        )
+
     def _prepare(self, tenant: str, conversation_id: str, jobs: list[ClaimedJob]) -> _Prepared:
+        """Mark new turns, derive effective marks, pins and notes, and re-plan chunks.
+
+        Planning starts at the frontier (the last final chunk); it moves back when a late
+        turn, a delete, a user verdict or an overlay from a new turn (a pin, a confirmed
+        decision) changes the effective mark of a turn already planned.
+        """
         engine = self._engine
         store = engine.store
-        policy = engine.chunking
+        chunking = engine.chunking
+        policy = self._policy(tenant)
         state = store.conversation_state(tenant, conversation_id)
         frontier = state.frontier
         if state.rewind_to is not None and frontier is not None and state.rewind_to <= frontier[1]:
             frontier = store.last_final_chunk_before(tenant, conversation_id, state.rewind_to)
-        carry: list[StoredTurn] = []
-        if frontier is not None and policy.overlap_turns:
-            carry = store.load_turns(tenant, conversation_id, between=frontier)[
-                -policy.overlap_turns :
+        pin_status = store.pin_decisions(tenant, conversation_id)
+        context_size = 2 * policy.pin_window
+        for _ in range(16):
+            after = frontier[1] if frontier is not None else -1
+            start = frontier[0] if frontier is not None else 0
+            context = list(
+                reversed(
+                    store.load_turns(
+                        tenant, conversation_id, before=start, limit=context_size, newest_first=True
+                    )
+                )
+            )
+            window = store.load_turns(tenant, conversation_id, after=start - 1)
+            turns = context + window
+            first = turns[0].seq if turns else start
+            stored = store.load_marks(tenant, conversation_id, first)
+            base, marker_of = self._base_marks(turns, stored, policy)
+            derived = derive(
+                conversation_id,
+                [_mark_turn(turn) for turn in turns],
+                base,
+                policy,
+                new_from=start,
+                accepted_at={turn.seq: turn.accepted_at for turn in turns},
+                pin_status=pin_status,
+                decisions={seq: row.decision for seq, row in stored.items() if row.decision},
+                expired={seq for seq, row in stored.items() if row.expired},
+            )
+            changed = [
+                seq
+                for seq in derived.overlay_targets
+                if seq <= after
+                and (stored.get(seq) is None or stored[seq].effective != derived.effective[seq])
             ]
-        after = frontier[1] if frontier is not None else -1
-        turns = store.load_turns(tenant, conversation_id, after=after)
+            if not changed or frontier is None:
+                break
+            frontier = store.last_final_chunk_before(tenant, conversation_id, min(changed))
+        effective = derived.effective
+        kept = [turn for turn in window if turn.seq > after and effective[turn.seq].keep]
+        carry: list[StoredTurn] = []
+        if frontier is not None and chunking.overlap_turns:
+            carry = [
+                turn
+                for turn in window
+                if frontier[0] <= turn.seq <= frontier[1] and effective[turn.seq].keep
+            ][-chunking.overlap_turns :]
         plans = plan_chunks(
-            [_chunk_turn(t) for t in turns], [_chunk_turn(t) for t in carry], policy
+            [_chunk_turn(t, effective[t.seq]) for t in kept],
+            [_chunk_turn(t, effective[t.seq]) for t in carry],
+            chunking,
         )
-        records = [render_chunk(conversation_id, plan, policy, tenant=tenant) for plan in plans]
+        records = [
+            _govern(
+                render_chunk(conversation_id, plan, chunking, tenant=tenant),
+                [t.seq for t in plan.turns],
+                derived,
+            )
+            for plan in plans
+        ]
         new_frontier = frontier
         for plan in plans:
             if plan.final:
                 new_frontier = (plan.start, plan.end)
+        marks = [
+            MarkWrite(
+                seq=turn.seq,
+                turn_id=turn.turn_id,
+                marker=marker_of[turn.seq],
+                base=base[turn.seq],
+                effective=effective[turn.seq],
+                expires_at=derived.expires_at[turn.seq],
+            )
+            for turn in window
+        ]
         return _Prepared(
             tenant=tenant,
             conversation_id=conversation_id,
@@ -462,8 +582,39 @@ class Memory:
             supersede_after=after,
             records=records,
             frontier=new_frontier,
-            indexed_seq=turns[-1].seq if turns else state.indexed_seq,
+            indexed_seq=window[-1].seq if window else state.indexed_seq,
+            marks_from=start,
+            marks=marks,
+            pins=derived.pins,
+            notes=derived.notes,
         )
+
+    def _base_marks(
+        self, turns: Sequence[StoredTurn], stored: Mapping[int, MarkRow], policy: GovernancePolicy
+    ) -> tuple[dict[int, TurnMark], dict[int, str]]:
+        """Stored base marks, and new ones from the marker for turns without one."""
+        marker = self._engine.marker
+        base = {seq: row.base for seq, row in stored.items()}
+        marker_of = {seq: row.marker for seq, row in stored.items()}
+        todo = [turn for turn in turns if turn.seq not in base]
+        if todo:
+            first = todo[0].seq
+            context = [_mark_turn(t) for t in turns if t.seq < first]
+            raw = marker.mark([_mark_turn(t) for t in todo], context, policy)
+            marks, errors = parse_marks(
+                [{"turn_id": t.turn_id, "text": t.text} for t in todo], raw, require_all=True
+            )
+            if errors:
+                shown = "; ".join(f"{e.field}: {e.message}" for e in errors[:5])
+                raise MarkingError(
+                    f"marker {marker.name} returned invalid marks: {shown}",
+                    code="marker_invalid_marks",
+                    errors=[e.as_dict() for e in errors],
+                )
+            for turn, mark in zip(todo, marks, strict=True):
+                base[turn.seq] = mark
+                marker_of[turn.seq] = marker.name
+        return base, marker_of
 
     def _embed_prepared(self, prepared: Sequence[_Prepared]) -> None:
         """Embed every new or changed chunk text of the batch in one call; reuse the rest."""
@@ -562,6 +713,7 @@ class Memory:
                 score=round(score, 6),
                 text=rows[rowid][1],
                 metadata=rows[rowid][2],
+                pending=bool(rows[rowid][2].get("requires_confirmation")),
             )
             for rowid, score in fused
             if rowid in rows
@@ -787,6 +939,130 @@ class Memory:
             "backlog_by_conversation": engine.store.backlog_by_conversation(self._tenant),
         }
 
+    # -- governance --------------------------------------------------------------------
+
+    def marks(self, conversation_id: str) -> list[StoredMark]:
+        """Every live turn's marks with reasons, in turn order (``convmem marks CONV``)."""
+        conversation_id = _check_conversation_id(conversation_id)
+        out = []
+        for (
+            seq,
+            turn_id,
+            role,
+            marker,
+            effective,
+            base,
+            expires,
+            expired,
+            decision,
+        ) in self._engine.store.mark_rows(self._tenant, conversation_id):
+            base_mark = TurnMark.model_validate_json(base)
+            out.append(
+                StoredMark(
+                    turn_id=base_mark.turn_id if base_mark.turn_id is not None else turn_id,
+                    seq=seq,
+                    role=role,
+                    marker=marker,
+                    mark=TurnMark.model_validate_json(effective) if effective else base_mark,
+                    base=base_mark,
+                    expires_at=_iso(expires),
+                    expired=bool(expired),
+                    decision=decision,
+                )
+            )
+        return out
+
+    def pins(self, conversation_id: str) -> list[StoredPin]:
+        """The conversation's pins (explicit save requests), oldest first."""
+        conversation_id = _check_conversation_id(conversation_id)
+        return [
+            StoredPin.model_validate(
+                {**PinIntent.model_validate_json(intent).model_dump(), "status": status}
+            )
+            for intent, status, _ in self._engine.store.pin_rows(self._tenant, conversation_id)
+        ]
+
+    def notes(
+        self,
+        conversation_id: str | None = None,
+        status: str | None = None,
+        *,
+        limit: int = 1000,
+    ) -> list[Note]:
+        """Live notes (never deleted or expired ones).
+
+        Args:
+            status: ``pending``, ``confirmed`` or ``rejected``; None: pending and
+                confirmed (rejected notes are kept for audit and listed only on request).
+        """
+        if conversation_id is not None:
+            conversation_id = _check_conversation_id(conversation_id)
+        if status not in (None, "pending", "confirmed", "rejected"):
+            raise InvalidInputError(
+                f"status must be 'pending', 'confirmed' or 'rejected', got {status!r}",
+                field="status",
+            )
+        rows = self._engine.store.notes(
+            self._tenant, conversation_id=conversation_id, status=status, limit=limit
+        )
+        return [_note(row) for row in rows]
+
+    def note(self, note_id: str) -> Note:
+        """One live note. Raises NotFoundError when deleted, expired or unknown."""
+        return _note(self._engine.store.note(self._tenant, _check_note_id(note_id)))
+
+    def update_note(
+        self, note_id: str, confirm: bool = True, *, evidence_level: str | None = None
+    ) -> Note:
+        """Close the confirmation loop (seed 002 §5.1): confirm or reject a note.
+
+        Confirming clears ``requires_confirmation`` (optionally raising the evidence
+        level, typically to ``S3_user_confirmed``); rejecting keeps the note for audit but
+        it is never retrieved again, and the turns it came from leave the long-term index
+        (a rejected pin un-pins its targets). Chunks are re-cut by the index worker.
+
+        Raises:
+            NotFoundError: no live note with this id in this tenant.
+            InvalidInputError: ``confirm`` is not a boolean or ``evidence_level`` unknown.
+        """
+        note_id = _check_note_id(note_id)
+        if not isinstance(confirm, bool):
+            raise InvalidInputError(
+                f"confirm must be true or false, got {confirm!r}", field="confirm"
+            )
+        if evidence_level is not None and evidence_level not in EVIDENCE_LEVELS:
+            raise InvalidInputError(
+                f"evidence_level must be one of {', '.join(EVIDENCE_LEVELS)}",
+                field="evidence_level",
+            )
+        row, _ = self._engine.store.decide_note(
+            self._tenant,
+            note_id,
+            status="confirmed" if confirm else "rejected",
+            evidence_level=evidence_level,
+        )
+        self._engine.wake.set()
+        return _note(row)
+
+    def policy(self) -> GovernancePolicy:
+        """The retention policy in force for this tenant (defaults, product, tenant)."""
+        return self._policy(self._tenant)
+
+    def set_policy(self, overrides: Mapping[str, Any] | None) -> GovernancePolicy:
+        """Store this tenant's policy overrides (None clears them); applies to turns marked
+        from now on. Raises InvalidInputError naming the bad key."""
+        if overrides is not None:
+            self._engine.policy.merged(overrides, source="policy")
+        self._engine.store.set_policy(self._tenant, overrides)
+        return self.policy()
+
+    def sweep_expired(self, now: float | None = None) -> dict[str, int]:
+        """Mark expired turn labels and notes now (workers also do it every
+        ``sweep_seconds``); their chunks are re-cut without them."""
+        result = self._engine.store.sweep_expired(now)
+        self._engine.wake.set()
+        return result
+
 
 @dataclass
 class _Prepared:
@@ -798,18 +1074,63 @@ class _Prepared:
     records: list[ChunkRecord]
     frontier: tuple[int, int] | None
     indexed_seq: int | None
+    marks_from: int | None = None
+    marks: list[MarkWrite] = field(default_factory=list)
+    pins: list[Any] = field(default_factory=list)
+    notes: list[Any] = field(default_factory=list)
     vectors: list[Any] = field(default_factory=list)
     chunks: list[IndexedChunk] = field(default_factory=list)
 
 
-def _chunk_turn(turn: StoredTurn) -> ChunkTurn:
+def _mark_turn(turn: StoredTurn) -> MarkTurn:
+    return MarkTurn(
+        seq=turn.seq,
+        turn_id=turn.turn_id,
+        role=turn.role,
+        text=turn.text,
+        timestamp=turn.timestamp.timestamp(),
+        name=turn.name,
+    )
+
+
+def _chunk_turn(turn: StoredTurn, mark: TurnMark | None = None) -> ChunkTurn:
+    text = turn.text
+    if mark is not None and mark.span is not None:
+        text = text[mark.span.start : mark.span.end]
     return ChunkTurn(
         seq=turn.seq,
         role=turn.role,
-        text=clean_text(turn.text),
+        text=clean_text(text),
         timestamp=turn.timestamp,
         name=turn.name,
     )
+
+
+def _iso(epoch: float | None) -> str | None:
+    return datetime.fromtimestamp(epoch, UTC).isoformat() if epoch is not None else None
+
+
+def _govern(record: ChunkRecord, seqs: Sequence[int], derived: Derived) -> ChunkRecord:
+    """Chunk governance metadata from its turns' effective marks.
+
+    Importance and category of the most important turn; pinned or pending when any turn
+    is; the chunk expires with its first turn to expire (the sweep then re-cuts it without
+    that turn), so expired text is never returned.
+    """
+    marks = [derived.effective[seq] for seq in seqs]
+    top = max(marks, key=lambda mark: mark.importance)
+    expiries = [e for e in (derived.expires_at[seq] for seq in seqs) if e is not None]
+    meta = record.metadata.model_copy(
+        update={
+            "importance": top.importance,
+            "category": top.category,
+            "expires_at": _iso(min(expiries)) if expiries else None,
+            "pinned": any(mark.user_triggered_save for mark in marks),
+            "requires_confirmation": any(mark.requires_confirmation for mark in marks),
+            "turn_seqs": list(seqs),
+        }
+    )
+    return record.model_copy(update={"metadata": meta})
 
 
 def _rrf(rankings: Sequence[tuple[float, Sequence[tuple[int, float]]]]) -> list[tuple[int, float]]:
@@ -821,6 +1142,39 @@ def _rrf(rankings: Sequence[tuple[float, Sequence[tuple[int, float]]]]) -> list[
     best = sum(weight for weight, ranking in rankings if ranking) / (RRF_K + 1) or 1.0
     return sorted(
         ((rowid, score / best) for rowid, score in scores.items()), key=lambda x: (-x[1], x[0])
+    )
+
+
+def _check_note_id(note_id: Any) -> str:
+    if not isinstance(note_id, str) or not note_id.startswith("note_"):
+        raise InvalidInputError(
+            f"note_id must be a string like 'note_…' from Memory.notes(), got {note_id!r}",
+            field="note_id",
+        )
+    return note_id
+
+
+def _note(row: NoteRow) -> Note:
+    return Note.model_validate(
+        {
+            "note_id": row.note_id,
+            "conversation_id": row.conversation_id,
+            "kind": row.kind,
+            "category": row.category,
+            "subtype": row.subtype,
+            "evidence_level": row.evidence_level,
+            "importance": row.importance,
+            "ttl_seconds": row.ttl_seconds,
+            "forget_policy": row.forget_policy,
+            "expires_at": _iso(row.expires_at),
+            "text": row.text,
+            "source_turn_ids": row.source_turn_ids,
+            "requires_confirmation": row.requires_confirmation,
+            "status": row.status,
+            "pin_id": row.pin_id,
+            "created_at": _iso(row.created_at),
+            "updated_at": _iso(row.updated_at),
+        }
     )
 
 

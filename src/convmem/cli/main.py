@@ -1,7 +1,10 @@
-"""``convmem``: ingest, search, delete, reindex, purge, stats, jobs, worker, demo.
+"""``convmem``: ingest, search, delete, marks, notes, policy, reindex, purge, stats, jobs,
+worker, demo.
 
 Settings come from options, else the environment: ``CONVMEM_STORE`` (store URL),
-``CONVMEM_EMBEDDER`` (embedder spec), ``CONVMEM_TENANT``.
+``CONVMEM_EMBEDDER`` (embedder spec), ``CONVMEM_TENANT``, ``CONVMEM_MARKER`` (``rules``,
+``keep-all`` or ``llm``; ``llm`` reads ``CONVMEM_LLM_URL``, ``CONVMEM_LLM_MODEL`` and
+``CONVMEM_LLM_KEY``), ``CONVMEM_POLICY`` (a product policy JSON file).
 """
 
 from __future__ import annotations
@@ -41,6 +44,29 @@ def _memory(
         workers=workers,
         allow_model_change=allow_model_change,
         chunking=chunking,
+        marker=_marker(args.marker),
+        policy=args.policy,
+    )
+
+
+def _marker(name: str) -> Any:
+    from convmem.governance import KeepAllMarker, LLMMarker, RuleMarker
+
+    if name == "rules":
+        return RuleMarker()
+    if name == "keep-all":
+        return KeepAllMarker()
+    if name == "llm":
+        url, model = os.environ.get("CONVMEM_LLM_URL"), os.environ.get("CONVMEM_LLM_MODEL")
+        if not url or not model:
+            raise InvalidInputError(
+                "--marker llm needs CONVMEM_LLM_URL and CONVMEM_LLM_MODEL set (an "
+                "OpenAI-compatible chat endpoint and its model name)",
+                field="--marker",
+            )
+        return LLMMarker(url, model, api_key=os.environ.get("CONVMEM_LLM_KEY"))
+    raise InvalidInputError(
+        f"--marker must be rules, keep-all or llm, got {name!r}", field="--marker"
     )
 
 
@@ -197,6 +223,88 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_marks(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        marks = memory.marks(args.conversation)
+        if args.json:
+            _print_json([mark.model_dump(mode="json") for mark in marks])
+            return 0
+        if not marks:
+            print("(no marks yet: the conversation is unknown or not indexed)")
+        for item in marks:
+            mark = item.mark
+            if args.kept and not mark.keep:
+                continue
+            label = "keep" if mark.keep else "drop"
+            tags = "/".join(t for t in (mark.category, mark.subtype) if t)
+            extra = " ".join(
+                part
+                for part in (
+                    tags,
+                    mark.evidence_level or "",
+                    f"imp={mark.importance:g}" if mark.keep else "",
+                    f"ttl={mark.ttl_seconds}s" if mark.keep and mark.ttl_seconds else "",
+                    "PINNED" if mark.user_triggered_save else "",
+                    "PENDING" if mark.requires_confirmation else "",
+                    "EXPIRED" if item.expired else "",
+                )
+                if part
+            )
+            print(f"{item.turn_id!s:>8} {item.role:<9} {label} {extra}")
+            print(f"{'':>8} {mark.reason}")
+    return 0
+
+
+def cmd_notes(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        notes = memory.notes(args.conversation, args.status, limit=args.limit)
+        if args.json:
+            _print_json([note.model_dump(mode="json") for note in notes])
+            return 0
+        if not notes:
+            print("(no notes)")
+        for note in notes:
+            tags = "/".join(t for t in (note.category, note.subtype) if t)
+            print(
+                f"{note.note_id} [{note.status}] {tags} {note.evidence_level} "
+                f"turns {note.source_turn_ids} expires {note.expires_at or 'never'}"
+            )
+            for line in note.text.splitlines():
+                print(f"    {line}")
+    return 0
+
+
+def cmd_note(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        note = memory.update_note(
+            args.note_id, confirm=args.action == "confirm", evidence_level=args.evidence
+        )
+        memory.flush(timeout=args.timeout)
+        _print_json(note.model_dump(mode="json"))
+    return 0
+
+
+def cmd_policy(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        if args.action == "set":
+            if not args.file:
+                raise InvalidInputError("policy set needs a JSON file", field="file")
+            overrides = json.loads(Path(args.file).read_text(encoding="utf-8"))
+            memory.set_policy(overrides)
+        elif args.action == "clear":
+            memory.set_policy(None)
+        _print_json(memory.policy().as_dict())
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        result = memory.sweep_expired()
+        memory.flush(timeout=args.timeout)
+        _print_json(result)
+    return 0
+
+
 DEMO_QUERIES = [
     ("我的护照什么时候到期？", None),
     ("去日本出差要准备哪些签证材料", None),
@@ -258,6 +366,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("CONVMEM_TENANT", "default"),
         help="tenant (env CONVMEM_TENANT)",
     )
+    parser.add_argument(
+        "--marker",
+        default=os.environ.get("CONVMEM_MARKER", "rules"),
+        help="Stage 2 marker: rules (default), keep-all (marking off) or llm (env CONVMEM_MARKER)",
+    )
+    parser.add_argument(
+        "--policy",
+        default=os.environ.get("CONVMEM_POLICY"),
+        help="product retention policy JSON file (env CONVMEM_POLICY)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log INFO to stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -281,6 +399,37 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("--chunk-id", action="append", help="a chunk id (repeatable)")
     delete.add_argument("--timeout", type=float, default=600.0)
     delete.set_defaults(func=cmd_delete)
+
+    marks = sub.add_parser("marks", help="show each turn's keep/drop mark and reason")
+    marks.add_argument("conversation")
+    marks.add_argument("--kept", action="store_true", help="only kept turns")
+    marks.add_argument("--json", action="store_true")
+    marks.set_defaults(func=cmd_marks)
+
+    notes = sub.add_parser("notes", help="list notes (pending and confirmed by default)")
+    notes.add_argument("--conversation")
+    notes.add_argument("--status", choices=["pending", "confirmed", "rejected"])
+    notes.add_argument("--limit", type=int, default=200)
+    notes.add_argument("--json", action="store_true")
+    notes.set_defaults(func=cmd_notes)
+
+    note = sub.add_parser("note", help="confirm or reject a note (the confirmation loop)")
+    note.add_argument("action", choices=["confirm", "reject"])
+    note.add_argument("note_id")
+    note.add_argument(
+        "--evidence", help="evidence level to record on confirm, e.g. S3_user_confirmed"
+    )
+    note.add_argument("--timeout", type=float, default=600.0)
+    note.set_defaults(func=cmd_note)
+
+    policy = sub.add_parser("policy", help="show, set or clear this tenant's retention policy")
+    policy.add_argument("action", choices=["show", "set", "clear"])
+    policy.add_argument("file", nargs="?", help="JSON overrides (for set)")
+    policy.set_defaults(func=cmd_policy)
+
+    sweep = sub.add_parser("sweep", help="mark expired memory now and re-cut its chunks")
+    sweep.add_argument("--timeout", type=float, default=600.0)
+    sweep.set_defaults(func=cmd_sweep)
 
     reindex = sub.add_parser("reindex", help="re-embed every chunk with --embedder")
     reindex.set_defaults(func=cmd_reindex)

@@ -29,8 +29,10 @@ from typing import Any
 import numpy as np
 
 from convmem.errors import NotFoundError, StoreError, TurnConflictError
+from convmem.governance import NoteDraft, PinRecord
 from convmem.models import ChunkRecord, JobInfo, Turn
 from convmem.store.filters import FilterSpec, dumps_list, to_sql
+from convmem.store.governance import GOVERNANCE_SCHEMA, GovernanceTables, MarkWrite
 
 __all__ = [
     "ClaimedJob",
@@ -44,7 +46,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATIONS: list[str] = [
     # 1: initial schema
@@ -137,6 +139,8 @@ MIGRATIONS: list[str] = [
     """
     CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vocab USING fts5vocab(chunks_fts, 'row');
     """,
+    # 3: Stage 2 governance: marks, pins, notes, tenant policies
+    GOVERNANCE_SCHEMA,
 ]
 
 # Tenant-wide BM25 reads every posting of its terms. Terms are taken rarest first until
@@ -154,6 +158,7 @@ class StoredTurn:
     name: str | None
     text: str
     timestamp: datetime
+    accepted_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,11 @@ class IndexBatch:
     frontier: tuple[int, int] | None
     indexed_seq: int | None
     job_ids: Sequence[int]
+    # Governance derived in the same pass (None: written by a caller without marking).
+    marks_from: int | None = None
+    marks: Sequence[MarkWrite] = ()
+    pins: Sequence[PinRecord] = ()
+    notes: Sequence[NoteDraft] = ()
 
 
 def text_digest(text: str) -> str:
@@ -245,7 +255,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class SQLiteStore:
+class SQLiteStore(GovernanceTables):
     """The embedded store. Thread-safe: each thread gets its own connection."""
 
     def __init__(self, path: str | Path, *, durability: str = "full") -> None:
@@ -681,13 +691,14 @@ class SQLiteStore:
         conversation_id: str,
         *,
         after: int | None = None,
+        before: int | None = None,
         between: tuple[int, int] | None = None,
         include_deleted: bool = False,
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[StoredTurn]:
         sql = (
-            "SELECT seq, turn_id, turn_id_is_int, role, name, text, ts FROM turns "
+            "SELECT seq, turn_id, turn_id_is_int, role, name, text, ts, created_at FROM turns "
             "WHERE tenant=? AND conversation_id=?"
         )
         params: list[Any] = [tenant, conversation_id]
@@ -696,6 +707,9 @@ class SQLiteStore:
         if after is not None:
             sql += " AND seq > ?"
             params.append(after)
+        if before is not None:
+            sql += " AND seq < ?"
+            params.append(before)
         if between is not None:
             sql += " AND seq BETWEEN ? AND ?"
             params.extend(between)
@@ -711,6 +725,7 @@ class SQLiteStore:
                 name=row[4],
                 text=row[5] or "",
                 timestamp=datetime.fromisoformat(row[6]),
+                accepted_at=row[7],
             )
             for row in self._db().execute(sql, params)
         ]
@@ -858,6 +873,17 @@ class SQLiteStore:
             self._upsert_chunk(
                 conn, tenant, item, origin="worker", model_id=model_id, change=change
             )
+        if batch.marks_from is not None:
+            self._write_governance(
+                conn,
+                tenant,
+                conversation_id,
+                from_seq=batch.marks_from,
+                marks=batch.marks,
+                pins=batch.pins,
+                notes=batch.notes,
+                now=now,
+            )
         frontier = batch.frontier
         conn.execute(
             "UPDATE conversations SET frontier_start=?, frontier_end=?, rewind_to=NULL, "
@@ -941,13 +967,14 @@ class SQLiteStore:
                 )
             ]
             self._tombstone_chunks(conn, tenant, rowids)
+            rewind_from = self._cascade_delete(conn, tenant, conversation_id, start, end)
             job_id = None
             state = conn.execute(
                 "SELECT rewind_to, last_seq FROM conversations WHERE tenant=? AND conversation_id=?",
                 (tenant, conversation_id),
             ).fetchone()
             if state is not None and (rowids or turns_deleted):
-                rewind = start if state[0] is None else min(state[0], start)
+                rewind = rewind_from if state[0] is None else min(state[0], rewind_from)
                 conn.execute(
                     "UPDATE conversations SET rewind_to=?, revision=revision+1 WHERE tenant=? AND "
                     "conversation_id=?",
@@ -956,7 +983,15 @@ class SQLiteStore:
                 job_id = conn.execute(
                     "INSERT INTO jobs (tenant, conversation_id, min_seq, max_seq, status, "
                     "next_retry_at, created_at, updated_at) VALUES (?,?,?,?,'pending',?,?,?)",
-                    (tenant, conversation_id, start, max(end, state[1] or end), now, now, now),
+                    (
+                        tenant,
+                        conversation_id,
+                        rewind_from,
+                        max(end, state[1] or end),
+                        now,
+                        now,
+                        now,
+                    ),
                 ).lastrowid
         return len(rowids), turns_deleted, job_id
 
@@ -1039,13 +1074,14 @@ class SQLiteStore:
             turns = conn.execute(
                 "UPDATE turns SET text=NULL, name=NULL, meta='{}' WHERE deleted=1 AND text IS NOT NULL"
             ).rowcount
+            notes = self._purge_notes(conn)
             conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
         conn = self._db()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("VACUUM")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         logger.info("purged %d chunks and %d turns from %s", chunks, turns, self.url)
-        return {"chunks": chunks, "turns": turns}
+        return {"chunks": chunks, "turns": turns, "notes": notes}
 
     def _live_clause(self, spec: FilterSpec) -> tuple[str, list[Any]]:
         where, params = to_sql(spec)
@@ -1321,5 +1357,18 @@ class SQLiteStore:
             "chunks": chunks.get(0, 0),
             "chunks_deleted": chunks.get(1, 0),
             "jobs": jobs,
+            "notes": dict(
+                conn.execute(
+                    "SELECT status, count(*) FROM notes WHERE tenant=? AND deleted=0 AND "
+                    "expired=0 GROUP BY status",
+                    (tenant,),
+                ).fetchall()
+            ),
+            "turns_kept": conn.execute(
+                "SELECT count(*) FROM marks WHERE tenant=? AND keep=1", (tenant,)
+            ).fetchone()[0],
+            "turns_marked": conn.execute(
+                "SELECT count(*) FROM marks WHERE tenant=?", (tenant,)
+            ).fetchone()[0],
             "file_bytes": self.path.stat().st_size if self.path.exists() else 0,
         }

@@ -1,0 +1,119 @@
+"""Stage 2 value marking and memory governance (seed 002).
+
+Markers label each turn (:class:`TurnMark`); code derives kept content, pins
+(:class:`PinIntent`), notes and retention from those labels and the policy table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from convmem.governance.derive import ROLE_EVIDENCE, Decision, Derived, NoteDraft, PinRecord, derive
+from convmem.governance.llm import LLMMarker
+from convmem.governance.policy import (
+    DEFAULT_TTL_POLICY,
+    GovernancePolicy,
+    RetentionRule,
+    load_policy,
+    policy_key,
+)
+from convmem.governance.rules import MarkTurn, RuleMarker, SaveIntent, save_intent, value_score
+from convmem.governance.schema import (
+    CATEGORIES,
+    EVIDENCE_LEVELS,
+    FORGET_POLICIES,
+    SUBTYPES,
+    KeptContent,
+    MarkError,
+    Note,
+    PinIntent,
+    Span,
+    StoredMark,
+    StoredPin,
+    TurnMark,
+    kept_content,
+    parse_marks,
+    validate_marks,
+)
+
+__all__ = [
+    "CATEGORIES",
+    "DEFAULT_TTL_POLICY",
+    "EVIDENCE_LEVELS",
+    "FORGET_POLICIES",
+    "SUBTYPES",
+    "Decision",
+    "Derived",
+    "GovernancePolicy",
+    "KeepAllMarker",
+    "KeptContent",
+    "LLMMarker",
+    "MarkError",
+    "MarkTurn",
+    "Marker",
+    "Note",
+    "NoteDraft",
+    "PinIntent",
+    "PinRecord",
+    "RetentionRule",
+    "RuleMarker",
+    "SaveIntent",
+    "Span",
+    "StoredMark",
+    "StoredPin",
+    "TurnMark",
+    "derive",
+    "kept_content",
+    "load_policy",
+    "parse_marks",
+    "policy_key",
+    "save_intent",
+    "validate_marks",
+    "value_score",
+]
+
+
+@runtime_checkable
+class Marker(Protocol):
+    """Labels turns (seed 002 TurnMarkV1). ``context``: earlier turns, for reference only."""
+
+    name: str
+
+    def mark(
+        self,
+        turns: Sequence[MarkTurn],
+        context: Sequence[MarkTurn] = (),
+        policy: GovernancePolicy | None = None,
+    ) -> list[TurnMark]: ...
+
+
+class KeepAllMarker:
+    """Keeps every turn as a user-claim fact: marking off (every turn is indexed)."""
+
+    name = "keep-all"
+
+    def mark(
+        self,
+        turns: Sequence[MarkTurn],
+        context: Sequence[MarkTurn] = (),
+        policy: GovernancePolicy | None = None,
+    ) -> list[TurnMark]:
+        del context
+        policy = policy or GovernancePolicy()
+        rule = policy.rule("fact(user claim)")
+        return [
+            TurnMark.model_validate(
+                {
+                    "turn_id": turn.turn_id,
+                    "keep": True,
+                    "category": "fact",
+                    "evidence_level": ROLE_EVIDENCE[turn.role],
+                    "importance": 0.3,
+                    "ttl_seconds": rule.ttl_seconds,
+                    "forget_policy": rule.forget_policy,
+                    "reason": "marking off: every turn is kept",
+                }
+            )
+            for turn in turns
+        ]

@@ -1,0 +1,360 @@
+"""The default, offline rule marker (Chinese and English).
+
+Each turn is marked from its own text and role, so marks do not depend on how turns were
+batched. Order of decisions for a user turn: explicit cues (rule/boundary, preference,
+profile, task open/done, decision), then a value score for everything else: statements
+about the speaker's own life, times and events, and content words count for it;
+reactions, greetings, thanks and questions count against it. Assistant turns are
+suggestions or inferences (S1) and are dropped unless they make a commitment; tool
+output is kept as tool-grounded fact (S2); system turns are dropped. Explicit save
+requests are found by :func:`save_intent` and turned into pins by ``derive``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from convmem.governance.policy import GovernancePolicy, policy_key
+from convmem.governance.schema import TurnMark
+from convmem.text import is_mostly_cjk, tokenize
+from convmem.text.segment import STOPWORDS
+
+__all__ = ["MarkTurn", "RuleMarker", "SaveIntent", "save_intent", "value_score"]
+
+
+@dataclass(frozen=True)
+class MarkTurn:
+    """A turn as markers see it."""
+
+    seq: int
+    turn_id: int | str
+    role: str
+    text: str
+    timestamp: float
+    name: str | None = None
+
+
+def _rx(*parts: str) -> re.Pattern[str]:
+    return re.compile("|".join(parts), re.IGNORECASE)
+
+
+# -- explicit save requests (seed 002 §4.3) ---------------------------------------------
+
+SAVE_ZH = _rx(
+    r"(?<!我)记住(这个|这些|这段|这条|这一点|这点|了吗|哦|啊|吧)?",
+    r"帮我记(下来|住|一下|着)",
+    r"记下来",
+    r"(这|这个|这点|这条)(很|非常|特别)重要",
+    r"请?(帮我)?(保存|存)(一下|下来|起来)?(这段|这个|这些|这条)?",
+    r"别忘了(这个|这件事)?",
+    r"收藏(一下|这个)",
+)
+SAVE_EN = _rx(
+    r"(^|[.!?]\s+)(please\s+)?(remember|save|note down|write down|bookmark)\s+(this|that|it)\b",
+    r"\b(can|could|would) you (please )?(remember|save|note|keep) (this|that|it)\b",
+    r"(^|[.!?]\s+)(please\s+)?remember (that|to)\b",
+    r"\bthis is (very |really )?important\b",
+    r"\b(please )?don't forget (this|that)\b",
+)
+_REFERENCE_FILLER = _rx(
+    r"这个|这些|这段|这条|这一点|这点|上面|刚才|前面|之前|的|分析|内容|结论|方案|回答|吧|哦|啊|呀|一下|请",
+    r"\b(please|this|that|it|for me|analysis|answer|above|one|thanks|thank you|ok|okay)\b",
+)
+
+
+@dataclass(frozen=True)
+class SaveIntent:
+    """A save request in a turn; ``self_contained``: the turn itself holds what to save."""
+
+    cue: str
+    self_contained: bool
+
+
+def save_intent(text: str) -> SaveIntent | None:
+    """Find an explicit "remember this" request ("记住这个", "帮我记下来", "save this")."""
+    match = SAVE_ZH.search(text) or SAVE_EN.search(text)
+    if match is None:
+        return None
+    rest = SAVE_ZH.sub(" ", text)
+    rest = SAVE_EN.sub(" ", rest)
+    rest = _REFERENCE_FILLER.sub(" ", rest)
+    cjk = sum(1 for ch in rest if "\u4e00" <= ch <= "\u9fff")
+    words = re.findall(r"[A-Za-z0-9]+", rest)
+    return SaveIntent(cue=match.group(0).strip(), self_contained=cjk >= 4 or len(words) >= 3)
+
+
+# -- category cues ----------------------------------------------------------------------
+
+RULE = _rx(
+    r"(以后|今后|永远|千万|一定)?(不要|别再|不许|不准|禁止|请勿|务必)",
+    r"(以后|今后|每次)都?(要|请|用|叫)",
+    r"叫我|称呼我",
+    r"过敏|忌口|我不吃|我不喝",
+    r"\b(don't|do not|never) (ever )?(call|use|send|share|tell|mention|suggest|recommend|book|schedule)\b",
+    r"\b(always|from now on|in the future)\b.{0,40}\b(use|call|reply|answer|write|send)\b",
+    r"\bcall me\b",
+    r"\b(allergic|vegan|vegetarian|i don't eat|i do not eat|i can't eat)\b",
+)
+PREFERENCE = _rx(
+    r"我(很|最|比较|特别|非常|还是|更)?(喜欢|爱吃|爱喝|爱看|偏好|讨厌|不喜欢|受不了|习惯|倾向于)",
+    r"我(最)?喜欢的",
+    r"\bi (really |do |don't |do not |much )?(like|love|prefer|hate|enjoy|dislike|can't stand)\b",
+    r"\bmy (all-time )?favou?rite\b",
+)
+PROFILE = _rx(
+    r"我(是|叫|姓)(?!不是|说|觉得|想)",
+    r"我(住在|来自|在.{1,12}(工作|上班|上学|读书))",
+    r"我今年\d+岁|我的(名字|生日|电话|邮箱|地址|工作|职业|老婆|老公|孩子|女儿|儿子)",
+    r"\bmy name is\b",
+    r"\bi(?:'m| am) (a|an) [a-z]+",
+    r"\bi (work|worked) (as|at|for)\b",
+    r"\bi (live|lived|grew up) in\b",
+    r"\bi(?:'m| am) from\b",
+    r"\bmy (birthday|wife|husband|partner|son|daughter|kids|children|job|email|phone)\b",
+)
+TASK = _rx(
+    r"提醒我|帮我(订|约|预约|安排|查|写|发|买|改|整理|准备)",
+    r"(截止|期限|之前)(要|得|需要)?(完成|提交|交)",
+    r"待办|我(要|得|需要|打算|计划|准备)(在|去|把|做|完成|提交|交)",
+    r"\bremind me\b",
+    r"\b(deadline|due (on|by)|to-?do)\b",
+    r"\bi (need|have|want|plan) to\b",
+    r"\bi(?:'ll| will|'m going to)\b",
+    r"\b(can|could) you (please )?(book|schedule|order|send|write|draft|set up)\b",
+)
+DONE = _rx(
+    r"(已经|已)(完成|做完|搞定|办好|提交|交了|发了|订好)",
+    r"(做完|搞定|完成)了",
+    r"\b(i've|i have|we've|we have) (finished|completed|submitted|sent|done)\b",
+    r"\b(it's|it is|that's) done\b",
+    r"\bi (finished|completed|submitted)\b",
+)
+DECISION = _rx(
+    r"决定(了|用|选|去)|就这么(办|定)|就(按|用|选)(这个|你说的|第)",
+    r"定了|确定(用|选|了)|选(择)?(了|第)",
+    r"\b(let's|we'll|i'll|i will) go with\b",
+    r"\b(i|we) (have )?decided\b",
+    r"\bsounds good,? let's\b",
+    r"\bdeal\b|\bagreed\b",
+)
+COMMITMENT_AI = _rx(
+    r"我(会|将)(在|于)?.{0,12}(提醒你|通知你|帮你)",
+    r"(已|已经)(为你|帮你)(预约|预订|安排|设置|创建|记下|保存)",
+    r"\bi(?:'ll| will) remind you\b",
+    r"\bi(?:'ve| have) (booked|scheduled|set up|created|saved|noted)\b",
+)
+
+# -- value score for turns without a cue ---------------------------------------------
+
+FIRST_PERSON = _rx(r"\b(i|i'm|i've|i'd|i'll|my|me|mine|myself|we|we're|we've|we'll|our|us|ours)\b")
+FIRST_PERSON_ZH = re.compile(r"我|咱")
+REACTION = _rx(
+    r"\bi(?:'m| am|'d| would)?\s+(so |really |totally |just |also |definitely |too )*"
+    r"(glad|happy|sure|proud|sorry|thrilled|impressed|curious|bet|hope|guess|agree|understand|"
+    r"appreciate|can see|can imagine|can tell|can't wait|love that|love it|love this|love your|"
+    r"love how|like that|like your|feel you|get it|know what you mean|admire|wish you|"
+    r"will keep|'ll keep|hear you|remember)\b",
+    r"我(也|真|很|太|好|非常)?(觉得|理解|明白|同意|相信|希望|替你|为你|懂)",
+)
+TEMPORAL = _rx(
+    r"\b(yesterday|today|tomorrow|tonight|ago|recently|lately)\b",
+    r"\b(last|next|this) (week|month|year|weekend|night|summer|winter|spring|fall|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
+    r"\bjust (got|started|finished|signed|joined|bought|moved|adopted|went|came back)\b",
+    r"\bbeen (doing|working|trying|busy|thinking|tweaking|learning|planning)\b",
+    r"\b(19|20)\d\d\b",
+    r"昨天|今天|明天|前天|后天|上周|下周|上个月|下个月|去年|今年|明年|最近|刚刚|刚才|周[一二三四五六日末]|\d+[年月号点]",
+)
+OPENER = _rx(
+    r"^\s*(wow|thanks|thank you|cool|awesome|great|nice|congrats|congratulations|aww|haha|"
+    r"lol|yeah|sure|definitely|good|oh|that's|sounds|glad|so glad|no problem|hey|hi|hello|"
+    r"omg|totally|absolutely|yes|right|ok|okay)\b",
+    r"^\s*(哇|哈哈|谢谢|好的|嗯|哦|太好了|太棒了|不错|真棒|加油|你好|早上好|晚安|好吧|是的|对)",
+)
+YOU = _rx(r"\byou\b|\byour\b|你")
+SENTENCES = re.compile(r"(?<=[.!?。！？])\s*|\n+")
+PHOTO = re.compile(r"\[shares a photo:[^\]]*\]")
+_SMALL_TALK = (
+    "wow cool awesome great nice amazing thanks thank really so very too just also sure",
+    "definitely totally absolutely okay ok hey hi hello haha lol aww omg sounds sound seems",
+    "like love glad happy proud sorry hope bet see know think feel guess wish keep fun time",
+    "incredible fantastic wonderful beautiful exciting excited interesting inspiring",
+    "impressive stunning lovely adorable blast congrats congratulations check pic picture",
+    "photo good yeah yes thing things way lot lots much more always never ever even still",
+    "哇 哈哈 谢谢 好的 嗯 哦 不错 真棒 加油 厉害 可以 好吧 是的 确实 感觉 觉得 真的 好 棒",
+)
+SMALL_TALK_WORDS = frozenset(" ".join(_SMALL_TALK).split())
+
+
+def _sentences(text: str) -> list[str]:
+    return [part.strip() for part in SENTENCES.split(PHOTO.sub(" ", text)) if part.strip()]
+
+
+def value_score(text: str) -> float:
+    """How much a turn without a category cue says worth remembering (0 = nothing).
+
+    Counts, over sentences that are not questions: statements about the speaker (a
+    first-person sentence that is not just a reaction), times and events, and content
+    words; an opening reaction and talk about the listener count against it. Weights were
+    fitted on LoCoMo's observation labels (bench/marking.py).
+    """
+    disclosure = temporal = content = 0
+    for sentence in _sentences(text):
+        if sentence.endswith(("?", "？", "吗", "呢")):
+            continue
+        rest = REACTION.sub(" ", sentence)
+        if FIRST_PERSON.search(rest) or FIRST_PERSON_ZH.search(rest):
+            disclosure += 1
+        if TEMPORAL.search(sentence):
+            temporal += 1
+        content += sum(
+            1
+            for token in tokenize(rest)
+            if token not in STOPWORDS and token not in SMALL_TALK_WORDS and len(token) > 1
+        )
+    score = 0.45 * disclosure + 0.85 * temporal + 0.17 * min(content, 20)
+    if OPENER.search(text):
+        score -= 0.2
+    score -= 0.13 * len(YOU.findall(text))
+    return max(score, 0.0)
+
+
+class RuleMarker:
+    """Deterministic, offline marker; the default."""
+
+    name = "rules-v1"
+
+    def mark(
+        self,
+        turns: Sequence[MarkTurn],
+        context: Sequence[MarkTurn] = (),
+        policy: GovernancePolicy | None = None,
+    ) -> list[TurnMark]:
+        """Mark each turn; ``context`` (earlier turns) is not needed by the rules."""
+        del context
+        policy = policy or GovernancePolicy()
+        return [self.mark_one(turn, policy) for turn in turns]
+
+    def mark_one(self, turn: MarkTurn, policy: GovernancePolicy) -> TurnMark:
+        text = turn.text.strip()
+        chinese = is_mostly_cjk(text) if text else False
+        if not text:
+            return _drop(turn, "empty turn" if not chinese else "空内容")
+        if turn.role == "system":
+            return _drop(turn, "system instruction, not memory about the user")
+        if turn.role == "tool":
+            return _keep(
+                turn,
+                policy,
+                "fact",
+                "tool_grounded_fact",
+                "S2_tool_grounded",
+                0.6,
+                "tool output: a tool-grounded fact (S2)",
+            )
+        if turn.role == "assistant":
+            if COMMITMENT_AI.search(text):
+                return _keep(
+                    turn,
+                    policy,
+                    "task",
+                    "commitment",
+                    "S1_ai_inference",
+                    0.6,
+                    "assistant commitment to act for the user",
+                    done=bool(DONE.search(text)),
+                )
+            return _drop(turn, "assistant suggestion or inference (S1), not kept by default")
+        intent = save_intent(text)
+        if intent is not None and not intent.self_contained:
+            return _drop(turn, f"save request ('{intent.cue}'): pins the turns before it")
+        if RULE.search(text):
+            return _keep(
+                turn, policy, "rule", "constraint", "S0_user_claim", 0.8, "user rule or boundary"
+            )
+        if DECISION.search(text) and not text.rstrip().endswith(("?", "？")):
+            return _keep(
+                turn, policy, "fact", "decision", "S3_user_confirmed", 0.7, "user decision"
+            )
+        if PREFERENCE.search(text):
+            return _keep(turn, policy, "preference", None, "S0_user_claim", 0.7, "user preference")
+        if TASK.search(text):
+            done = bool(DONE.search(text))
+            return _keep(
+                turn,
+                policy,
+                "task",
+                "commitment",
+                "S0_user_claim",
+                0.6,
+                "task marked done" if done else "open task or request",
+                done=done,
+            )
+        if DONE.search(text):
+            return _keep(
+                turn,
+                policy,
+                "task",
+                "commitment",
+                "S0_user_claim",
+                0.5,
+                "task marked done",
+                done=True,
+            )
+        if PROFILE.search(text):
+            return _keep(
+                turn,
+                policy,
+                "fact",
+                "profile",
+                "S0_user_claim",
+                0.7,
+                "stable information about the user",
+            )
+        score = value_score(text)
+        if score >= policy.keep_threshold:
+            return _keep(
+                turn,
+                policy,
+                "fact",
+                None,
+                "S0_user_claim",
+                round(min(0.3 + 0.05 * score, 0.6), 3),
+                f"user statement with information (score {score:.2f})",
+            )
+        if text.rstrip().endswith(("?", "？", "吗", "呢")):
+            return _drop(turn, f"question without information (score {score:.2f})")
+        return _drop(turn, f"small talk or reaction (score {score:.2f})")
+
+
+def _drop(turn: MarkTurn, reason: str) -> TurnMark:
+    return TurnMark(turn_id=turn.turn_id, keep=False, reason=reason)
+
+
+def _keep(
+    turn: MarkTurn,
+    policy: GovernancePolicy,
+    category: str,
+    subtype: str | None,
+    evidence: str,
+    importance: float,
+    reason: str,
+    *,
+    done: bool = False,
+) -> TurnMark:
+    rule = policy.rule(policy_key(category, evidence, task_done=done))
+    return TurnMark.model_validate(
+        {
+            "turn_id": turn.turn_id,
+            "keep": True,
+            "category": category,
+            "subtype": subtype,
+            "evidence_level": evidence,
+            "importance": importance,
+            "ttl_seconds": rule.ttl_seconds,
+            "forget_policy": rule.forget_policy,
+            "reason": reason,
+        }
+    )
