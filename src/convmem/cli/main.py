@@ -307,7 +307,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 DEMO_QUERIES = [
     ("我的护照什么时候到期？", None),
-    ("去日本出差要准备哪些签证材料", None),
+    ("团队下季度主推什么产品", None),
     ("我在饮食和座位上有什么偏好", None),
     ("报告要什么时候交给谁", {"conversation_id": "demo_work"}),
     ("华东区销售额是多少", None),
@@ -329,9 +329,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         counts = _ingest_file(memory, sample_path)
         memory.flush(timeout=args.timeout)
         print(f"store: {memory.store.url}")
+        stats = memory.stats()
         print(
             f"ingested {counts['accepted']} turns of {counts['conversations']} conversations "
-            f"with {memory.embedding.model_id}; {memory.stats()['chunks']} chunks\n"
+            f"with {memory.embedding.model_id}; {stats['chunks']} chunks"
+        )
+        print(
+            f"Stage 2 marking kept {stats['turns_kept']} of {stats['turns_marked']} turns "
+            f"(assistant small talk and speculation dropped; 'convmem marks demo_trip' shows "
+            f"why) and wrote {sum(stats['notes'].values())} notes\n"
         )
         for query, filters in DEMO_QUERIES:
             where = f"  filters={json.dumps(filters, ensure_ascii=False)}" if filters else ""

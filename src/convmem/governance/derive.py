@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from convmem.governance.policy import GovernancePolicy
-from convmem.governance.rules import MarkTurn, save_intent
+from convmem.governance.rules import CONFIRMS, MarkTurn, save_intent
 from convmem.governance.schema import EVIDENCE_ORDER, PinIntent, TurnMark
 
 __all__ = ["Decision", "Derived", "NoteDraft", "PinRecord", "derive", "note_id", "pin_id"]
@@ -194,15 +194,15 @@ def derive(
     out = Derived()
     effective = {turn.seq: base[turn.seq] for turn in turns}
     by_seq = {turn.seq: turn for turn in turns}
-    # User decisions on an assistant proposal: keep the proposal as a confirmed decision.
+    # A user decision that answers an assistant proposal keeps the proposal, confirmed.
     for position, turn in enumerate(turns):
         mark = base[turn.seq]
         if turn.role != "user" or mark.subtype != "decision" or position == 0:
             continue
         previous = turns[position - 1]
-        if previous.role != "assistant":
-            continue
         proposal = effective[previous.seq]
+        if previous.role != "assistant" or proposal.keep or not CONFIRMS.search(turn.text):
+            continue
         effective[previous.seq] = proposal.model_copy(
             update={
                 "keep": True,
@@ -271,6 +271,8 @@ def _notes(
             continue
         if mark.category not in NOTE_CATEGORIES and mark.subtype in (None, "user_pinned_note"):
             continue
+        if mark.user_triggered_save:
+            continue  # its pin's user_pinned_note covers it
         decision = decisions.get(turn.seq)
         status = (
             decision.status

@@ -21,7 +21,7 @@ from convmem.governance.schema import TurnMark
 from convmem.text import is_mostly_cjk, tokenize
 from convmem.text.segment import STOPWORDS
 
-__all__ = ["MarkTurn", "RuleMarker", "SaveIntent", "save_intent", "value_score"]
+__all__ = ["CONFIRMS", "MarkTurn", "RuleMarker", "SaveIntent", "save_intent", "value_score"]
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ PROFILE = _rx(
 )
 TASK = _rx(
     r"提醒我|帮我(订|约|预约|安排|查|写|发|买|改|整理|准备)",
-    r"(截止|期限|之前)(要|得|需要)?(完成|提交|交)",
+    r"(截止|期限|之前|前)(要|得|需要)?(完成|提交|交)",
     r"待办|我(要|得|需要|打算|计划|准备)(在|去|把|做|完成|提交|交)",
     r"\bremind me\b",
     r"\b(deadline|due (on|by)|to-?do)\b",
@@ -132,16 +132,26 @@ DONE = _rx(
     r"\bi (finished|completed|submitted)\b",
 )
 DECISION = _rx(
-    r"决定(了|用|选|去)|就这么(办|定)|就(按|用|选)(这个|你说的|第)",
+    r"决定(?!不)|就这么(办|定)|就(按|用|选)(这个|你说的|第)",
     r"定了|确定(用|选|了)|选(择)?(了|第)",
     r"\b(let's|we'll|i'll|i will) go with\b",
     r"\b(i|we) (have )?decided\b",
     r"\bsounds good,? let's\b",
     r"\bdeal\b|\bagreed\b",
 )
+# A decision that answers the previous proposal ("就按这个定了", "let's go with that").
+CONFIRMS = _rx(
+    r"就(按|用|选|定)(这个|这|它|你说的|你的|第.个|方案)",
+    r"就这(么|样)(办|定|吧)",
+    r"^\W*(好|行|可以|没问题|同意)[的吧啊]?\W*(就)?(这么|这样)?(定|办)了?",
+    r"\b(let's|we'll|i'll) go with (that|it|this|yours|your|the (first|second|third|last))\b",
+    r"\bsounds good,? let's\b",
+    r"^\W*(deal|agreed)\b",
+)
 COMMITMENT_AI = _rx(
     r"我(会|将)(在|于)?.{0,12}(提醒你|通知你|帮你)",
-    r"(已|已经)(为你|帮你)(预约|预订|安排|设置|创建|记下|保存)",
+    r"(已|已经)(为你|帮你|为您|帮您)(预约|预订|安排|设置|创建|记下|保存)",
+    r"(好的|没问题|会|将|届时).{0,10}(提醒|通知)(您|你)",
     r"\bi(?:'ll| will) remind you\b",
     r"\bi(?:'ve| have) (booked|scheduled|set up|created|saved|noted)\b",
 )
@@ -184,6 +194,7 @@ _SMALL_TALK = (
     "impressive stunning lovely adorable blast congrats congratulations check pic picture",
     "photo good yeah yes thing things way lot lots much more always never ever even still",
     "哇 哈哈 谢谢 好的 嗯 哦 不错 真棒 加油 厉害 可以 好吧 是的 确实 感觉 觉得 真的 好 棒",
+    "天气 晴天 舒服 开心 有意思 好玩 适合 出门 走走",
 )
 SMALL_TALK_WORDS = frozenset(" ".join(_SMALL_TALK).split())
 
@@ -205,15 +216,17 @@ def value_score(text: str) -> float:
         if sentence.endswith(("?", "？", "吗", "呢")):
             continue
         rest = REACTION.sub(" ", sentence)
-        if FIRST_PERSON.search(rest) or FIRST_PERSON_ZH.search(rest):
-            disclosure += 1
-        if TEMPORAL.search(sentence):
-            temporal += 1
-        content += sum(
+        about_self = bool(FIRST_PERSON.search(rest) or FIRST_PERSON_ZH.search(rest))
+        disclosure += about_self
+        words = sum(
             1
-            for token in tokenize(rest)
+            for token in tokenize(TEMPORAL.sub(" ", rest))
             if token not in STOPWORDS and token not in SMALL_TALK_WORDS and len(token) > 1
         )
+        content += words
+        # a time counts when it dates something ("护照明年过期"), not in "今天天气不错"
+        if TEMPORAL.search(sentence) and (about_self or words):
+            temporal += 1
     score = 0.45 * disclosure + 0.85 * temporal + 0.17 * min(content, 20)
     if OPENER.search(text):
         score -= 0.2
@@ -244,6 +257,7 @@ class RuleMarker:
             return _drop(turn, "empty turn" if not chinese else "空内容")
         if turn.role == "system":
             return _drop(turn, "system instruction, not memory about the user")
+        question = text.rstrip().endswith(("?", "？", "吗", "呢"))
         if turn.role == "tool":
             return _keep(
                 turn,
@@ -255,7 +269,7 @@ class RuleMarker:
                 "tool output: a tool-grounded fact (S2)",
             )
         if turn.role == "assistant":
-            if COMMITMENT_AI.search(text):
+            if COMMITMENT_AI.search(text) and not question:
                 return _keep(
                     turn,
                     policy,
@@ -274,7 +288,7 @@ class RuleMarker:
             return _keep(
                 turn, policy, "rule", "constraint", "S0_user_claim", 0.8, "user rule or boundary"
             )
-        if DECISION.search(text) and not text.rstrip().endswith(("?", "？")):
+        if DECISION.search(text) and not question:
             return _keep(
                 turn, policy, "fact", "decision", "S3_user_confirmed", 0.7, "user decision"
             )
@@ -324,7 +338,7 @@ class RuleMarker:
                 round(min(0.3 + 0.05 * score, 0.6), 3),
                 f"user statement with information (score {score:.2f})",
             )
-        if text.rstrip().endswith(("?", "？", "吗", "呢")):
+        if question:
             return _drop(turn, f"question without information (score {score:.2f})")
         return _drop(turn, f"small talk or reaction (score {score:.2f})")
 
