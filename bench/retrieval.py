@@ -28,6 +28,7 @@ from typing import Any
 
 from convmem import Memory
 from convmem.embed import resolve_embedder
+from convmem.governance import KeepAllMarker, RuleMarker
 from convmem.ingest.formats import locomo_conversation
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
@@ -55,12 +56,24 @@ def recall_at(hits_turns: list[list[int]], evidence: set[int], k: int) -> tuple[
     return len(evidence & covered) / len(evidence), len(covered)
 
 
-def run_locomo(embedder_spec: str, modes: list[str], workdir: Path) -> dict[str, Any]:
+def run_locomo(
+    embedder_spec: str,
+    modes: list[str],
+    workdir: Path,
+    *,
+    marker: str = "rules",
+    policy: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     samples = json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8"))
     embedder = resolve_embedder(embedder_spec)
     results: dict[str, Any] = {}
     with Memory.open(
-        str(workdir / "locomo.db"), embedder=embedder, workers=1, vector_weight=VECTOR_WEIGHT
+        str(workdir / f"locomo-{marker}-{len(json.dumps(policy))}.db"),
+        embedder=embedder,
+        workers=1,
+        vector_weight=VECTOR_WEIGHT,
+        marker=KeepAllMarker() if marker == "keep-all" else RuleMarker(),
+        policy=policy,
     ) as memory:
         began = time.perf_counter()
         turn_count = 0
@@ -100,13 +113,10 @@ def run_locomo(embedder_spec: str, modes: list[str], workdir: Path) -> dict[str,
                         mode=mode,
                     )
                     latencies.append(time.perf_counter() - started)
+                    # the turns a chunk holds: its kept turns, not every turn of its range
                     hit_turns = [
-                        [
-                            seq
-                            for seq in range(
-                                h.metadata["turn_range"][0], h.metadata["turn_range"][1] + 1
-                            )
-                        ]
+                        h.metadata.get("turn_seqs")
+                        or list(range(h.metadata["turn_range"][0], h.metadata["turn_range"][1] + 1))
                         for h in hits
                     ]
                     for k in BUDGETS:
@@ -229,6 +239,12 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", default=["hybrid", "vector", "lexical"])
     parser.add_argument("--only", choices=["locomo", "madial-zh", "madial-en"], nargs="*")
     parser.add_argument("--vector-weight", type=float, default=None)
+    parser.add_argument(
+        "--marker",
+        choices=["rules", "keep-all"],
+        default="rules",
+        help="Stage 2 marker for LoCoMo ingest (keep-all: marking off)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     global VECTOR_WEIGHT
@@ -236,7 +252,7 @@ def main() -> int:
     if not DATA.is_dir():
         print(f"evaluation data not found at {DATA}", file=sys.stderr)
         return 2
-    report: dict[str, Any] = {"embedder": args.embedder}
+    report: dict[str, Any] = {"embedder": args.embedder, "marker": args.marker}
     with tempfile.TemporaryDirectory() as folder:
         workdir = Path(folder)
         wanted = args.only or ["locomo", "madial-zh", "madial-en"]
@@ -247,7 +263,7 @@ def main() -> int:
             report["madial_en"] = run_madial("en", args.embedder, args.modes, workdir)
             print(json.dumps({"madial_en": report["madial_en"]}, ensure_ascii=False), flush=True)
         if "locomo" in wanted:
-            report["locomo"] = run_locomo(args.embedder, args.modes, workdir)
+            report["locomo"] = run_locomo(args.embedder, args.modes, workdir, marker=args.marker)
             print(json.dumps({"locomo": report["locomo"]}, ensure_ascii=False), flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -458,3 +458,42 @@ def test_any_split_gives_the_same_marks_chunks_pins_and_notes(
                     )
                 )
     assert states[0] == states[1]
+
+
+def test_an_answered_assistant_question_is_kept_as_context(governed: Memory) -> None:
+    governed.add_turns(
+        "c",
+        make_turns(
+            [
+                "I'm flying to Tokyo next month.",
+                "Is your passport still valid?",
+                "It expires on 18 February 2025.",
+                "Better renew it soon, it usually takes weeks.",
+            ]
+        ),
+    )
+    governed.flush()
+    assert [m.mark.keep for m in governed.marks("c")] == [True, True, True, False]
+    question = _mark(governed, "c", 1)
+    assert question.evidence_level == "S1_ai_inference" and "answered by turn 2" in question.reason
+    hit = governed.search("when does my passport expire", top_k=1)[0]
+    assert "passport" in hit.text and "18 February" in hit.text
+
+
+def test_worker_threads_sweep_expired_memory(tmp_path: Path) -> None:
+    with Memory.open(
+        str(tmp_path / "s.db"),
+        embedder=HashingEmbedder(),
+        workers=1,
+        sweep_seconds=0.2,
+        policy={"rules": {"task(open)": {"ttl_seconds": 1}}},
+    ) as memory:
+        memory.add_turns("c", make_turns(["提醒我明天给王经理打电话。"]))
+        memory.flush()
+        assert memory.marks("c")[0].mark.ttl_seconds == 1  # the product policy applies
+        deadline = time.monotonic() + 15
+        while not memory.marks("c")[0].expired and time.monotonic() < deadline:
+            time.sleep(0.1)
+        memory.flush()
+        assert memory.marks("c")[0].expired
+        assert live_chunks(memory, "c") == {}

@@ -92,6 +92,10 @@ class Derived:
     overlay_targets: set[int] = field(default_factory=set)
 
 
+def _is_question(text: str) -> bool:
+    return text.rstrip().endswith(("?", "？", "吗", "呢", "吗？", "呢？"))
+
+
 def kept_text(turn: MarkTurn, mark: TurnMark) -> str:
     return turn.text[mark.span.start : mark.span.end] if mark.span else turn.text
 
@@ -213,6 +217,29 @@ def derive(
                 "ttl_seconds": mark.ttl_seconds,
                 "forget_policy": mark.forget_policy,
                 "reason": f"assistant proposal the user confirmed in turn {turn.turn_id}",
+            }
+        )
+        if turn.seq >= new_from:
+            out.overlay_targets.add(previous.seq)
+    # An assistant question the user's kept answer replies to is kept as its context
+    # ("Is your passport still valid?" -> "It expires in May").
+    for position, turn in enumerate(turns):
+        if turn.role != "user" or position == 0 or not effective[turn.seq].keep:
+            continue
+        previous = turns[position - 1]
+        question = effective[previous.seq]
+        if previous.role != "assistant" or question.keep or not _is_question(previous.text):
+            continue
+        answer = effective[turn.seq]
+        effective[previous.seq] = question.model_copy(
+            update={
+                "keep": True,
+                "category": answer.category,
+                "evidence_level": "S1_ai_inference",
+                "importance": min(answer.importance, 0.3),
+                "ttl_seconds": answer.ttl_seconds,
+                "forget_policy": answer.forget_policy,
+                "reason": f"question answered by turn {turn.turn_id}: kept as its context",
             }
         )
         if turn.seq >= new_from:

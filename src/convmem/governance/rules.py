@@ -133,6 +133,7 @@ DONE = _rx(
 )
 DECISION = _rx(
     r"决定(?!不)|就这么(办|定)|就(按|用|选)(这个|你说的|第)",
+    r"就(订|买|要|选|用|定)(这|那|它|小|第)?",
     r"定了|确定(用|选|了)|选(择)?(了|第)",
     r"\b(let's|we'll|i'll|i will) go with\b",
     r"\b(i|we) (have )?decided\b",
@@ -141,7 +142,7 @@ DECISION = _rx(
 )
 # A decision that answers the previous proposal ("就按这个定了", "let's go with that").
 CONFIRMS = _rx(
-    r"就(按|用|选|定)(这个|这|它|你说的|你的|第.个|方案)",
+    r"就(按|用|选|定|订|买|要)(这个|这家|这|那|它|你说的|你的|第.个|方案)",
     r"就这(么|样)(办|定|吧)",
     r"^\W*(好|行|可以|没问题|同意)[的吧啊]?\W*(就)?(这么|这样)?(定|办)了?",
     r"\b(let's|we'll|i'll) go with (that|it|this|yours|your|the (first|second|third|last))\b",
@@ -194,7 +195,7 @@ _SMALL_TALK = (
     "impressive stunning lovely adorable blast congrats congratulations check pic picture",
     "photo good yeah yes thing things way lot lots much more always never ever even still",
     "哇 哈哈 谢谢 好的 嗯 哦 不错 真棒 加油 厉害 可以 好吧 是的 确实 感觉 觉得 真的 好 棒",
-    "天气 晴天 舒服 开心 有意思 好玩 适合 出门 走走",
+    "天气 晴天 舒服 开心 有意思 好玩 适合 出门 走走 真好 太好了",
 )
 SMALL_TALK_WORDS = frozenset(" ".join(_SMALL_TALK).split())
 
