@@ -418,6 +418,8 @@ POOL = [
     ("tool", '{"hotel": "外滩酒店", "price": 680}'),
     ("user", "提醒我周二订车票。"),
     ("user", "记住：我的会员号是 88123"),
+    ("assistant", "你的护照还有效吗？"),
+    ("user", "护照明年三月过期。"),
 ]
 
 
@@ -497,3 +499,39 @@ def test_worker_threads_sweep_expired_memory(tmp_path: Path) -> None:
         memory.flush()
         assert memory.marks("c")[0].expired
         assert live_chunks(memory, "c") == {}
+
+
+@given(
+    picks=st.lists(st.integers(0, len(POOL) - 1), min_size=3, max_size=14),
+    groups=st.lists(st.integers(0, 3), min_size=14, max_size=14),
+    order=st.permutations([0, 1, 2, 3]),
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_late_turns_in_any_order_give_the_same_state(
+    picks: list[int], groups: list[int], order: list[int]
+) -> None:
+    turns = [
+        {
+            "turn_id": i,
+            "role": POOL[p][0],
+            "text": POOL[p][1],
+            "timestamp": (datetime(2026, 3, 1, tzinfo=UTC) + timedelta(minutes=i)).isoformat(),
+        }
+        for i, p in enumerate(picks)
+    ]
+    batches = [[t for t, g in zip(turns, groups, strict=False) if g == group] for group in order]
+    states = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name, parts in (("once", [turns]), ("late", [b for b in batches if b])):
+            with Memory.open(f"{folder}/{name}.db", embedder=HashingEmbedder(), workers=0) as m:
+                for part in parts:
+                    m.add_turns("c", part)
+                    m.flush()
+                states.append(
+                    (
+                        live_chunks(m, "c"),
+                        [(x.turn_id, x.mark) for x in m.marks("c")],
+                        sorted((n.note_id, n.status, n.text) for n in m.notes("c")),
+                    )
+                )
+    assert states[0] == states[1]

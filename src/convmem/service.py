@@ -498,8 +498,10 @@ class Memory:
         policy = self._policy(tenant)
         state = store.conversation_state(tenant, conversation_id)
         frontier = state.frontier
-        if state.rewind_to is not None and frontier is not None and state.rewind_to <= frontier[1]:
-            frontier = store.last_final_chunk_before(tenant, conversation_id, state.rewind_to)
+        if state.rewind_to is not None and frontier is not None:
+            frontier = _earlier(
+                frontier, self._safe_frontier(tenant, conversation_id, state.rewind_to)
+            )
         pin_status = store.pin_decisions(tenant, conversation_id)
         context_size = 2 * policy.pin_window
         for _ in range(16):
@@ -528,15 +530,19 @@ class Memory:
                 decisions={seq: row.decision for seq, row in stored.items() if row.decision},
                 expired={seq for seq, row in stored.items() if row.expired},
             )
+            # Overlays from new turns that changed a turn already planned (pinned, confirmed):
+            # its unit, and so the last chunk closed before it, may change.
             changed = [
                 seq
                 for seq in derived.overlay_targets
-                if seq <= after
-                and (stored.get(seq) is None or stored[seq].effective != derived.effective[seq])
+                if seq in stored and stored[seq].effective != derived.effective[seq]
             ]
             if not changed or frontier is None:
                 break
-            frontier = store.last_final_chunk_before(tenant, conversation_id, min(changed))
+            safe = self._safe_frontier(tenant, conversation_id, min(changed))
+            if safe is not None and safe[1] >= frontier[1]:
+                break
+            frontier = safe
         effective = derived.effective
         kept = [turn for turn in window if turn.seq > after and effective[turn.seq].keep]
         carry: list[StoredTurn] = []
@@ -588,6 +594,19 @@ class Memory:
             pins=derived.pins,
             notes=derived.notes,
         )
+
+    def _safe_frontier(self, tenant: str, conversation_id: str, seq: int) -> tuple[int, int] | None:
+        """The last final chunk whose plan a change at ``seq`` cannot alter.
+
+        A chunk is final because of the unit that followed it; a change at ``seq`` may
+        alter the unit after the last chunk ending before it, so planning restarts one
+        chunk earlier.
+        """
+        store = self._engine.store
+        before = store.last_final_chunk_before(tenant, conversation_id, seq)
+        if before is None:
+            return None
+        return store.last_final_chunk_before(tenant, conversation_id, before[1])
 
     def _base_marks(
         self, turns: Sequence[StoredTurn], stored: Mapping[int, MarkRow], policy: GovernancePolicy
@@ -1080,6 +1099,10 @@ class _Prepared:
     notes: list[Any] = field(default_factory=list)
     vectors: list[Any] = field(default_factory=list)
     chunks: list[IndexedChunk] = field(default_factory=list)
+
+
+def _earlier(frontier: tuple[int, int], other: tuple[int, int] | None) -> tuple[int, int] | None:
+    return other if other is None or other[1] < frontier[1] else frontier
 
 
 def _mark_turn(turn: StoredTurn) -> MarkTurn:
