@@ -423,15 +423,8 @@ POOL = [
 ]
 
 
-@given(
-    picks=st.lists(st.integers(0, len(POOL) - 1), min_size=3, max_size=16),
-    cuts=st.lists(st.integers(1, 15), max_size=5),
-)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_any_split_gives_the_same_marks_chunks_pins_and_notes(
-    picks: list[int], cuts: list[int]
-) -> None:
-    turns = [
+def _pool_turns(picks: list[int]) -> list[dict[str, Any]]:
+    return [
         {
             "turn_id": i,
             "role": POOL[p][0],
@@ -440,6 +433,27 @@ def test_any_split_gives_the_same_marks_chunks_pins_and_notes(
         }
         for i, p in enumerate(picks)
     ]
+
+
+def _state(memory: Memory) -> tuple[Any, ...]:
+    """Everything governance and chunking derive, for comparing two stores."""
+    return (
+        live_chunks(memory, "c"),
+        [(m.turn_id, m.mark) for m in memory.marks("c")],
+        [p.model_dump() for p in memory.pins("c")],
+        sorted((n.note_id, n.status, n.text) for n in memory.notes("c")),
+    )
+
+
+@given(
+    picks=st.lists(st.integers(0, len(POOL) - 1), min_size=3, max_size=16),
+    cuts=st.lists(st.integers(1, 15), max_size=5),
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_any_split_gives_the_same_marks_chunks_pins_and_notes(
+    picks: list[int], cuts: list[int]
+) -> None:
+    turns = _pool_turns(picks)
     bounds = sorted({c for c in cuts if c < len(turns)})
     batches = [turns[a:b] for a, b in zip([0, *bounds], [*bounds, len(turns)], strict=True)]
     states = []
@@ -451,14 +465,7 @@ def test_any_split_gives_the_same_marks_chunks_pins_and_notes(
                 for part in parts:
                     memory.add_turns("c", part)
                     memory.flush()
-                states.append(
-                    (
-                        live_chunks(memory, "c"),
-                        [(m.turn_id, m.mark) for m in memory.marks("c")],
-                        [p.model_dump() for p in memory.pins("c")],
-                        sorted((n.note_id, n.status, n.text) for n in memory.notes("c")),
-                    )
-                )
+                states.append(_state(memory))
     assert states[0] == states[1]
 
 
@@ -510,15 +517,7 @@ def test_worker_threads_sweep_expired_memory(tmp_path: Path) -> None:
 def test_late_turns_in_any_order_give_the_same_state(
     picks: list[int], groups: list[int], order: list[int]
 ) -> None:
-    turns = [
-        {
-            "turn_id": i,
-            "role": POOL[p][0],
-            "text": POOL[p][1],
-            "timestamp": (datetime(2026, 3, 1, tzinfo=UTC) + timedelta(minutes=i)).isoformat(),
-        }
-        for i, p in enumerate(picks)
-    ]
+    turns = _pool_turns(picks)
     batches = [[t for t, g in zip(turns, groups, strict=False) if g == group] for group in order]
     states = []
     with tempfile.TemporaryDirectory() as folder:
@@ -527,11 +526,5 @@ def test_late_turns_in_any_order_give_the_same_state(
                 for part in parts:
                     m.add_turns("c", part)
                     m.flush()
-                states.append(
-                    (
-                        live_chunks(m, "c"),
-                        [(x.turn_id, x.mark) for x in m.marks("c")],
-                        sorted((n.note_id, n.status, n.text) for n in m.notes("c")),
-                    )
-                )
+                states.append(_state(m))
     assert states[0] == states[1]

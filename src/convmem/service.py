@@ -46,7 +46,7 @@ from convmem.metrics import Counter, Histogram
 from convmem.models import AddTurnsReceipt, ChunkRecord, FlushResult, Hit, JobInfo, parse_turns
 from convmem.store import SQLiteStore, open_store, parse_filters
 from convmem.store.ann import AnnIndex
-from convmem.store.governance import MarkRow, MarkWrite, NoteRow
+from convmem.store.governance import MarkRow, MarkWrite
 from convmem.store.sqlite import (
     ClaimedJob,
     IndexBatch,
@@ -1024,11 +1024,11 @@ class Memory:
         rows = self._engine.store.notes(
             self._tenant, conversation_id=conversation_id, status=status, limit=limit
         )
-        return [_note(row) for row in rows]
+        return rows
 
     def note(self, note_id: str) -> Note:
         """One live note. Raises NotFoundError when deleted, expired or unknown."""
-        return _note(self._engine.store.note(self._tenant, _check_note_id(note_id)))
+        return self._engine.store.note(self._tenant, _check_note_id(note_id))
 
     def update_note(
         self, note_id: str, confirm: bool = True, *, evidence_level: str | None = None
@@ -1054,14 +1054,14 @@ class Memory:
                 f"evidence_level must be one of {', '.join(EVIDENCE_LEVELS)}",
                 field="evidence_level",
             )
-        row, _ = self._engine.store.decide_note(
+        note, _ = self._engine.store.decide_note(
             self._tenant,
             note_id,
             status="confirmed" if confirm else "rejected",
             evidence_level=evidence_level,
         )
         self._engine.wake.set()
-        return _note(row)
+        return note
 
     def policy(self) -> GovernancePolicy:
         """The retention policy in force for this tenant (defaults, product, tenant)."""
@@ -1175,30 +1175,6 @@ def _check_note_id(note_id: Any) -> str:
             field="note_id",
         )
     return note_id
-
-
-def _note(row: NoteRow) -> Note:
-    return Note.model_validate(
-        {
-            "note_id": row.note_id,
-            "conversation_id": row.conversation_id,
-            "kind": row.kind,
-            "category": row.category,
-            "subtype": row.subtype,
-            "evidence_level": row.evidence_level,
-            "importance": row.importance,
-            "ttl_seconds": row.ttl_seconds,
-            "forget_policy": row.forget_policy,
-            "expires_at": _iso(row.expires_at),
-            "text": row.text,
-            "source_turn_ids": row.source_turn_ids,
-            "requires_confirmation": row.requires_confirmation,
-            "status": row.status,
-            "pin_id": row.pin_id,
-            "created_at": _iso(row.created_at),
-            "updated_at": _iso(row.updated_at),
-        }
-    )
 
 
 def _check_tenant(tenant: Any) -> None:

@@ -15,12 +15,13 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from convmem.errors import InvalidInputError, NotFoundError
-from convmem.governance import Decision, NoteDraft, PinRecord, TurnMark
+from convmem.governance import Decision, Note, NoteDraft, PinRecord, TurnMark
 
-__all__ = ["GovernanceTables", "MarkRow", "MarkWrite", "NoteRow"]
+__all__ = ["GovernanceTables", "MarkRow", "MarkWrite"]
 
 GOVERNANCE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS marks (
@@ -121,49 +122,21 @@ class MarkWrite:
     expires_at: float | None
 
 
-@dataclass(frozen=True)
-class NoteRow:
-    note_id: str
-    conversation_id: str
-    kind: str
-    category: str
-    subtype: str | None
-    evidence_level: str
-    importance: float
-    ttl_seconds: int
-    forget_policy: str
-    expires_at: float | None
-    text: str
-    source_seqs: list[int]
-    source_turn_ids: list[int | str]
-    requires_confirmation: bool
-    status: str
-    pin_id: str | None
-    created_at: float
-    updated_at: float
+def _iso(epoch: float | None) -> str | None:
+    return datetime.fromtimestamp(epoch, UTC).isoformat() if epoch is not None else None
 
 
-def _note_row(row: Sequence[Any]) -> NoteRow:
-    return NoteRow(
-        note_id=row[0],
-        conversation_id=row[1],
-        kind=row[2],
-        category=row[3],
-        subtype=row[4],
-        evidence_level=row[5],
-        importance=row[6],
-        ttl_seconds=row[7],
-        forget_policy=row[8],
-        expires_at=row[9],
-        text=row[10] or "",
-        source_seqs=json.loads(row[11]),
-        source_turn_ids=json.loads(row[12]),
-        requires_confirmation=bool(row[13]),
-        status=row[14],
-        pin_id=row[15],
-        created_at=row[16],
-        updated_at=row[17],
-    )
+def _note(row: Sequence[Any]) -> Note:
+    """A ``notes`` row (``NOTE_COLUMNS`` order) as the public ``Note``."""
+    names = [name.strip() for name in NOTE_COLUMNS.split(",")]
+    data = dict(zip(names, row, strict=True))
+    data["source_turn_ids"] = json.loads(data["source_turn_ids"])
+    data["requires_confirmation"] = bool(data["requires_confirmation"])
+    data["text"] = data["text"] or ""
+    del data["source_seqs"]
+    for name in ("expires_at", "created_at", "updated_at"):
+        data[name] = _iso(data[name])
+    return Note.model_validate(data)
 
 
 class GovernanceTables:
@@ -376,7 +349,7 @@ class GovernanceTables:
         status: str | None = None,
         limit: int = 1000,
         now: float | None = None,
-    ) -> list[NoteRow]:
+    ) -> list[Note]:
         """Live notes (not deleted, not expired); ``status`` None: pending and confirmed."""
         now = time.time() if now is None else now
         sql = (
@@ -394,9 +367,9 @@ class GovernanceTables:
             params.append(status)
         sql += " ORDER BY conversation_id, first_seq, note_id LIMIT ?"
         params.append(limit)
-        return [_note_row(row) for row in self._db().execute(sql, params)]
+        return [_note(row) for row in self._db().execute(sql, params)]
 
-    def note(self, tenant: str, note_id: str, *, now: float | None = None) -> NoteRow:
+    def note(self, tenant: str, note_id: str, *, now: float | None = None) -> Note:
         now = time.time() if now is None else now
         row = (
             self._db()
@@ -409,11 +382,11 @@ class GovernanceTables:
         )
         if row is None:
             raise NotFoundError(f"note {note_id} not found (deleted, expired or never written)")
-        return _note_row(row)
+        return _note(row)
 
     def decide_note(
         self, tenant: str, note_id: str, *, status: str, evidence_level: str | None
-    ) -> tuple[NoteRow, int | None]:
+    ) -> tuple[Note, int | None]:
         """Record the user's verdict on a note and queue its conversation to re-plan.
 
         Returns the updated note and the job id.
@@ -421,6 +394,11 @@ class GovernanceTables:
         now = time.time()
         with self._write() as conn:
             note = self.note(tenant, note_id, now=now)
+            sources: list[int] = json.loads(
+                conn.execute(
+                    "SELECT source_seqs FROM notes WHERE tenant=? AND note_id=?", (tenant, note_id)
+                ).fetchone()[0]
+            )
             conn.execute(
                 "UPDATE notes SET status=?, decided=1, updated_at=?, "
                 "requires_confirmation=CASE WHEN ?='confirmed' THEN 0 ELSE requires_confirmation END, "
@@ -438,10 +416,10 @@ class GovernanceTables:
                     "tenant=? AND conversation_id=? AND seq=?",
                     [
                         (status, evidence_level, now, tenant, note.conversation_id, seq)
-                        for seq in note.source_seqs
+                        for seq in sources
                     ],
                 )
-            job_id = self._rewind(conn, tenant, note.conversation_id, min(note.source_seqs), now)
+            job_id = self._rewind(conn, tenant, note.conversation_id, min(sources), now)
         return self.note(tenant, note_id), job_id
 
     def _rewind(
