@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from convmem import Memory
+from convmem import EmbedderError, HashingEmbedder, Memory
+from convmem.embed.base import Vectors
 
 BASE_TIME = datetime(2026, 2, 2, 10, 0, tzinfo=UTC)
 
@@ -40,3 +42,26 @@ def live_chunks(
         sql += " AND conversation_id=?"
         params.append(conversation_id)
     return {row[0]: (row[1], (row[2], row[3])) for row in conn.execute(sql, params)}
+
+
+class OutageEmbedder:
+    """A real hashing embedder behind a switch that makes it fail, like a model server going down."""
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder(64)
+        self.down = False
+        self.failures = 0
+
+    @property
+    def model_id(self) -> str:
+        return "outage-test-64"
+
+    @property
+    def dimension(self) -> int:
+        return 64
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if self.down:
+            self.failures += 1
+            raise EmbedderError("model server unavailable")
+        return self.inner.embed(texts)

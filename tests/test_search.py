@@ -135,7 +135,7 @@ def test_filter_on_every_field(
     [
         ({"deleted": True}, "filters.deleted"),
         ({"tenant": "other"}, "filters.tenant"),
-        ({"colour": "red"}, "filters"),
+        ({"colour": "red"}, "filters.colour"),
         ({"conversation_id": 5}, "filters.conversation_id"),
         ({"conversation_id": {"$regex": ".*"}}, "filters.conversation_id"),
         ({"turn_range": [3, 1]}, "filters.turn_range"),

@@ -3,38 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from convmem import EmbedderError, FlushTimeoutError, HashingEmbedder, Memory
-from convmem.embed.base import Vectors
+from convmem import FlushTimeoutError, HashingEmbedder, Memory
 from convmem.governance import KeepAllMarker
-from helpers import live_chunks, make_turns
-
-
-class OutageEmbedder:
-    """A real hashing embedder behind a switch that makes it fail, like a model server going down."""
-
-    def __init__(self) -> None:
-        self.inner = HashingEmbedder(64)
-        self.down = False
-        self.failures = 0
-
-    @property
-    def model_id(self) -> str:
-        return "outage-test-64"
-
-    @property
-    def dimension(self) -> int:
-        return 64
-
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        if self.down:
-            self.failures += 1
-            raise EmbedderError("model server unavailable")
-        return self.inner.embed(texts)
+from helpers import OutageEmbedder, live_chunks, make_turns
 
 
 def test_embedder_outage_backs_off_records_errors_and_recovers(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ ROLES: tuple[str, ...] = ("user", "assistant", "tool", "system")
 
 _STRING_ID = re.compile(r"^(?:[^\d]*?)(\d+)$")
 MAX_ID_LENGTH = 200
+MAX_SEQ = 2**62  # sequence numbers are SQLite (64-bit) integers
 
 
 def turn_sequence(turn_id: int | str) -> int:
@@ -60,8 +61,8 @@ def turn_sequence(turn_id: int | str) -> int:
             field="turn_id",
         )
     if isinstance(turn_id, int):
-        if turn_id < 0:
-            raise InvalidInputError(f"turn_id must be >= 0, got {turn_id}", field="turn_id")
+        if not 0 <= turn_id <= MAX_SEQ:
+            raise InvalidInputError(f"turn_id must be in 0..2**62, got {turn_id}", field="turn_id")
         return turn_id
     if not turn_id or len(turn_id) > MAX_ID_LENGTH:
         raise InvalidInputError(
@@ -75,7 +76,12 @@ def turn_sequence(turn_id: int | str) -> int:
             "whose trailing digits give the turn's order",
             field="turn_id",
         )
-    return int(match.group(1))
+    seq = int(match.group(1))
+    if seq > MAX_SEQ:
+        raise InvalidInputError(
+            f"turn_id {turn_id!r} ends in a number above 2**62", field="turn_id"
+        )
+    return seq
 
 
 def _check_unicode(value: str, what: str) -> str:
@@ -129,6 +135,14 @@ class Turn(_Frozen):
                     "decode it before sending"
                 ) from None
         return data
+
+    @field_validator("turn_id", mode="before")
+    @classmethod
+    def _turn_id_type(cls, value: Any) -> Any:
+        # Before coercion: True would otherwise become turn 1 and 7.0 turn 7.
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError(f"turn_id must be an int or a string ending in digits, got {value!r}")
+        return value
 
     @field_validator("turn_id")
     @classmethod

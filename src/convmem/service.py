@@ -89,6 +89,7 @@ class _Metrics:
     upsert_failures: Counter = field(default_factory=lambda: Counter("upsert_failures_total"))
     job_retries: Counter = field(default_factory=lambda: Counter("job_retries_total"))
     turns_accepted: Counter = field(default_factory=lambda: Counter("turns_accepted_total"))
+    degraded_searches: Counter = field(default_factory=lambda: Counter("degraded_searches_total"))
     search_latency: Histogram = field(default_factory=lambda: Histogram("search_seconds"))
     index_latency: Histogram = field(default_factory=lambda: Histogram("index_batch_seconds"))
 
@@ -148,9 +149,11 @@ def _check_range(turn_range: Any) -> tuple[int, int]:
         or any(isinstance(v, bool) or not isinstance(v, int) for v in turn_range)
         or turn_range[0] < 0
         or turn_range[1] < turn_range[0]
+        or turn_range[1] > 2**62
     ):
         raise InvalidInputError(
-            f"turn_range must be [start, end] with integers 0 <= start <= end, got {turn_range!r}",
+            f"turn_range must be [start, end] with integers 0 <= start <= end <= 2**62, "
+            f"got {turn_range!r}",
             field="turn_range",
         )
     return int(turn_range[0]), int(turn_range[1])
@@ -713,8 +716,15 @@ class Memory:
                     f"vectors from '{self._engine.embedding.model_id}'",
                     field="query_vector",
                 )
-        elif mode != "lexical":
+        elif mode == "vector":
             vector = self._engine.embedding.embed_array([query])[0]
+        elif mode == "hybrid":
+            try:
+                vector = self._engine.embedding.embed_array([query])[0]
+            except EmbedderError as exc:  # degrade to lexical rather than fail the read
+                logger.warning("query embedding failed, searching lexically: %s", exc)
+                self._engine.metrics.degraded_searches.inc()
+                mode = "lexical"
         began = time.perf_counter()
         pool = candidates or max(50, top_k * 5)
         rankings: list[tuple[float, list[tuple[int, float]]]] = []
@@ -934,6 +944,21 @@ class Memory:
             "last_indexed_turn": state.indexed_seq,
             "failed_jobs": failed,
         }
+
+    def instruments(self) -> dict[str, Counter | Histogram]:
+        """The engine's counters and histograms (shared by every tenant view), by name."""
+        metrics = self._engine.metrics
+        items: list[Counter | Histogram] = [
+            metrics.chunks_ingested,
+            metrics.upsert_failures,
+            metrics.job_retries,
+            metrics.turns_accepted,
+            metrics.degraded_searches,
+            metrics.search_latency,
+            metrics.index_latency,
+            self._engine.embedding.latency,
+        ]
+        return {item.name: item for item in items}
 
     def stats(self) -> dict[str, Any]:
         """Seed 001's metrics plus store counts, for this tenant."""

@@ -50,23 +50,13 @@ def _memory(
 
 
 def _marker(name: str) -> Any:
-    from convmem.governance import KeepAllMarker, LLMMarker, RuleMarker
+    from convmem.governance import resolve_marker
 
-    if name == "rules":
-        return RuleMarker()
-    if name == "keep-all":
-        return KeepAllMarker()
-    if name == "llm":
-        url, model = os.environ.get("CONVMEM_LLM_URL"), os.environ.get("CONVMEM_LLM_MODEL")
-        if not url or not model:
-            raise InvalidInputError(
-                "--marker llm needs CONVMEM_LLM_URL and CONVMEM_LLM_MODEL set (an "
-                "OpenAI-compatible chat endpoint and its model name)",
-                field="--marker",
-            )
-        return LLMMarker(url, model, api_key=os.environ.get("CONVMEM_LLM_KEY"))
-    raise InvalidInputError(
-        f"--marker must be rules, keep-all or llm, got {name!r}", field="--marker"
+    return resolve_marker(
+        name,
+        llm_url=os.environ.get("CONVMEM_LLM_URL"),
+        llm_model=os.environ.get("CONVMEM_LLM_MODEL"),
+        llm_key=os.environ.get("CONVMEM_LLM_KEY"),
     )
 
 
@@ -305,6 +295,56 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from convmem.server import ServerSettings, create_app
+
+    settings = ServerSettings(
+        store=args.store,
+        embedder=args.embedder,
+        host=args.host,
+        port=args.port,
+        auth=not args.no_auth,
+        admin_key=os.environ.get("CONVMEM_ADMIN_KEY"),
+        workers=args.threads,
+        marker=args.marker,
+        policy=args.policy,
+        max_body_bytes=args.max_body_bytes,
+    )
+    app = create_app(settings)
+    print(
+        f"convmem serving on http://{args.host}:{args.port} (auth {'off' if args.no_auth else 'on'}, "
+        f"{args.threads} index threads); OpenAPI at /openapi.json",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from convmem.store import open_store
+
+    store = open_store(args.store)
+    try:
+        if args.action == "create":
+            if not args.key_tenant:
+                raise InvalidInputError("keys create needs --tenant", field="--tenant")
+            key_id, secret = store.create_api_key(args.key_tenant, args.name or "")
+            _print_json({"key_id": key_id, "key": secret, "tenant": args.key_tenant})
+        elif args.action == "list":
+            _print_json(store.list_api_keys())
+        else:
+            if not args.key_id:
+                raise InvalidInputError("keys revoke needs a KEY_ID", field="key_id")
+            store.revoke_api_key(args.key_id)
+            _print_json({"key_id": args.key_id, "status": "revoked"})
+    finally:
+        store.close()
+    return 0
+
+
 DEMO_QUERIES = [
     ("我的护照什么时候到期？", None),
     ("团队下季度主推什么产品", None),
@@ -465,6 +505,23 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--threads", type=int, default=1)
     worker.add_argument("--once", action="store_true", help="drain ready jobs, then exit")
     worker.set_defaults(func=cmd_worker)
+
+    serve = sub.add_parser("serve", help="run the HTTP service (FastAPI; OpenAPI at /openapi.json)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8077)
+    serve.add_argument(
+        "--no-auth", action="store_true", help="no API keys (loopback only; tenant 'default')"
+    )
+    serve.add_argument("--threads", type=int, default=1, help="index worker threads (0: none)")
+    serve.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    serve.set_defaults(func=cmd_serve)
+
+    keys = sub.add_parser("keys", help="create, list or revoke API keys of the HTTP service")
+    keys.add_argument("action", choices=["create", "list", "revoke"])
+    keys.add_argument("key_id", nargs="?", help="the key to revoke")
+    keys.add_argument("--tenant", dest="key_tenant", help="the tenant a new key acts for")
+    keys.add_argument("--name", help="a label for the new key")
+    keys.set_defaults(func=cmd_keys)
 
     demo = sub.add_parser("demo", help="ingest the bundled Chinese sample and search it")
     demo.add_argument("--timeout", type=float, default=120.0)

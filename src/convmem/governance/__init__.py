@@ -68,6 +68,7 @@ __all__ = [
     "load_policy",
     "parse_marks",
     "policy_key",
+    "resolve_marker",
     "save_intent",
     "validate_marks",
     "value_score",
@@ -117,3 +118,32 @@ class KeepAllMarker:
             )
             for turn in turns
         ]
+
+
+def resolve_marker(
+    name: str,
+    *,
+    llm_url: str | None = None,
+    llm_model: str | None = None,
+    llm_key: str | None = None,
+) -> Marker:
+    """A marker by name: ``rules`` (default), ``keep-all`` (marking off) or ``llm``.
+
+    Raises:
+        InvalidInputError: an unknown name, or ``llm`` without an endpoint and model.
+    """
+    from convmem.errors import InvalidInputError
+
+    if name == "rules":
+        return RuleMarker()
+    if name == "keep-all":
+        return KeepAllMarker()
+    if name == "llm":
+        if not llm_url or not llm_model:
+            raise InvalidInputError(
+                "the llm marker needs an OpenAI-compatible chat endpoint and model "
+                "(CONVMEM_LLM_URL and CONVMEM_LLM_MODEL)",
+                field="marker",
+            )
+        return LLMMarker(llm_url, llm_model, api_key=llm_key)
+    raise InvalidInputError(f"marker must be rules, keep-all or llm, got {name!r}", field="marker")

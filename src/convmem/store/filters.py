@@ -100,16 +100,25 @@ def _string(field: str, value: Any) -> str:
     return value
 
 
+MAX_INT = 2**62  # SQLite integers are 64-bit
+
+
 def _int(field: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_INT:
         raise FilterError(
-            f"filter {field} expects an integer, got {_describe(value)}", field=f"filters.{field}"
+            f"filter {field} expects an integer within ±2**62, got {_describe(value)}",
+            field=f"filters.{field}",
         )
     return value
 
 
 def _number(field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, int) and abs(value) > MAX_INT)
+        or not math.isfinite(value)
+    ):
         raise FilterError(
             f"filter {field} expects a finite number, got {_describe(value)}",
             field=f"filters.{field}",
@@ -186,7 +195,7 @@ def parse_filters(filters: Mapping[str, Any] | None, *, tenant: str) -> FilterSp
         if not isinstance(field, str) or field not in ALL_FIELDS:
             raise FilterError(
                 f"unknown filter field {_describe(field)}; filterable fields: {', '.join(ALL_FIELDS)}",
-                field="filters",
+                field=f"filters.{field}" if isinstance(field, str) else "filters",
             )
         if field == "deleted":
             if spec is not False:

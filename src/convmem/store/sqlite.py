@@ -33,6 +33,7 @@ from convmem.governance import NoteDraft, PinRecord
 from convmem.models import ChunkRecord, JobInfo, Turn
 from convmem.store.filters import FilterSpec, dumps_list, to_sql
 from convmem.store.governance import GOVERNANCE_SCHEMA, GovernanceTables, MarkWrite
+from convmem.store.keys import KEYS_SCHEMA, KeyTables
 
 __all__ = [
     "ClaimedJob",
@@ -46,7 +47,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS: list[str] = [
     # 1: initial schema
@@ -141,6 +142,8 @@ MIGRATIONS: list[str] = [
     """,
     # 3: Stage 2 governance: marks, pins, notes, tenant policies
     GOVERNANCE_SCHEMA,
+    # 4: API keys of the HTTP service
+    KEYS_SCHEMA,
 ]
 
 # Tenant-wide BM25 reads every posting of its terms. Terms are taken rarest first until
@@ -255,7 +258,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class SQLiteStore(GovernanceTables):
+class SQLiteStore(GovernanceTables, KeyTables):
     """The embedded store. Thread-safe: each thread gets its own connection."""
 
     def __init__(self, path: str | Path, *, durability: str = "full") -> None:

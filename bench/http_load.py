@@ -1,0 +1,189 @@
+"""Load test of the HTTP service on loopback: many concurrent clients writing and searching.
+
+Starts `convmem serve` as its own process (API keys on, a worker thread inside), then runs
+`--clients` client threads for `--seconds`: each writes turns to its own conversation in
+batches and searches its tenant, in the ratio `--search-share`. Reports throughput,
+p50/p99 per operation and errors. Bounded in count and time.
+
+    python bench/http_load.py --clients 16 --seconds 30 --out bench/results/http-load.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TEXTS = [
+    "我下个月要去东京出差，大概待五天。",
+    "好的，请问您的护照有效期还够吗？",
+    "我护照是明年二月过期的，得赶紧去换。",
+    "季度报告周五下午五点前要交给王经理。",
+    "I prefer aisle seats on long flights.",
+    "Remind me to call the dentist on Monday.",
+    "我不吃香菜，坐飞机喜欢靠窗的座位。",
+    "我们团队决定下季度主推新款智能手表。",
+]
+QUERIES = ["护照什么时候过期", "报告交给谁", "座位偏好", "dentist appointment", "出差几天"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--batch", type=int, default=4, help="turns per write")
+    parser.add_argument("--search-share", type=float, default=0.5)
+    parser.add_argument("--tenants", type=int, default=4)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    folder = tempfile.mkdtemp(prefix="convmem-load-")
+    store = str(Path(folder) / "load.db")
+    admin = "load-admin-" + os.urandom(8).hex()
+    port = _free_port()
+    env = dict(os.environ, CONVMEM_ADMIN_KEY=admin)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "convmem.cli.main",
+            "--store",
+            store,
+            "--embedder",
+            "hashing",
+            "serve",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("server did not start")
+            time.sleep(0.1)
+        keys = []
+        for index in range(args.tenants):
+            response = httpx.post(
+                f"{base}/v1/admin/keys",
+                json={"tenant": f"tenant-{index}"},
+                headers={"Authorization": f"Bearer {admin}"},
+            )
+            keys.append(response.json()["key"])
+        latencies: dict[str, list[float]] = {"write": [], "search": []}
+        errors: dict[str, int] = {}
+        lock = threading.Lock()
+        stop_at = time.monotonic() + args.seconds
+
+        def client(number: int) -> None:
+            rng = random.Random(number)
+            headers = {"Authorization": f"Bearer {keys[number % len(keys)]}"}
+            next_turn = 0
+            with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
+                while time.monotonic() < stop_at:
+                    if rng.random() < args.search_share:
+                        kind = "search"
+                        body: dict[str, Any] = {"query_text": rng.choice(QUERIES), "top_k": 5}
+                        path = "/v1/search"
+                    else:
+                        kind = "write"
+                        turns = [
+                            {
+                                "turn_id": next_turn + i,
+                                "role": "user" if (next_turn + i) % 2 == 0 else "assistant",
+                                "text": rng.choice(TEXTS),
+                                "timestamp": "2026-03-01T10:00:00+08:00",
+                            }
+                            for i in range(args.batch)
+                        ]
+                        next_turn += args.batch
+                        body = {"turns": turns}
+                        path = f"/v1/conversations/load-{number}/turns"
+                    began = time.perf_counter()
+                    try:
+                        response = http.post(path, json=body)
+                        status = response.status_code
+                    except httpx.HTTPError as exc:
+                        status = type(exc).__name__
+                    elapsed = time.perf_counter() - began
+                    with lock:
+                        if status in (200, 202):
+                            latencies[kind].append(elapsed)
+                        else:
+                            errors[f"{kind}:{status}"] = errors.get(f"{kind}:{status}", 0) + 1
+
+        began = time.perf_counter()
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - began
+        drain_began = time.perf_counter()
+        while httpx.get(f"{base}/healthz").json()["backlog"]:
+            time.sleep(0.1)
+        report = {
+            "clients": args.clients,
+            "seconds": round(wall, 1),
+            "turns_per_write": args.batch,
+            "backlog_drain_seconds": round(time.perf_counter() - drain_began, 1),
+            "errors": errors,
+            **{
+                kind: {
+                    "requests": len(values),
+                    "per_second": round(len(values) / wall, 1),
+                    "p50_ms": _quantile(values, 0.5),
+                    "p99_ms": _quantile(values, 0.99),
+                    "mean_ms": round(statistics.fmean(values) * 1000, 2) if values else None,
+                }
+                for kind, values in latencies.items()
+            },
+        }
+        report["turns_per_second"] = round(report["write"]["per_second"] * args.batch, 1)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
