@@ -61,30 +61,43 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=4, help="turns per write")
     parser.add_argument("--search-share", type=float, default=0.5)
     parser.add_argument("--tenants", type=int, default=4)
+    parser.add_argument(
+        "--workers",
+        nargs="+",
+        choices=["thread", "process"],
+        default=["thread", "process"],
+        help="index worker inside the server (thread) or as `convmem worker` (process)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    reports = {worker: run(args, worker) for worker in args.workers}
+    print(json.dumps(reports, indent=2))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(reports, indent=2), encoding="utf-8")
+    return 0
+
+
+def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="convmem-load-")
     store = str(Path(folder) / "load.db")
     admin = "load-admin-" + os.urandom(8).hex()
     port = _free_port()
     env = dict(os.environ, CONVMEM_ADMIN_KEY=admin)
+    command = [sys.executable, "-m", "convmem.cli.main", "--store", store]
+    command += ["--embedder", "hashing"]
+    threads = "1" if worker == "thread" else "0"
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "convmem.cli.main",
-            "--store",
-            store,
-            "--embedder",
-            "hashing",
-            "serve",
-            "--port",
-            str(port),
-        ],
+        [*command, "serve", "--port", str(port), "--threads", threads],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    helper = None
+    if worker == "process":
+        helper = subprocess.Popen(
+            [*command, "worker"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -148,10 +161,10 @@ def main() -> int:
                             errors[f"{kind}:{status}"] = errors.get(f"{kind}:{status}", 0) + 1
 
         began = time.perf_counter()
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
-        for thread in threads:
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+        for thread in clients:
             thread.start()
-        for thread in threads:
+        for thread in clients:
             thread.join()
         wall = time.perf_counter() - began
         drain_began = time.perf_counter()
@@ -176,13 +189,11 @@ def main() -> int:
         }
         report["turns_per_second"] = round(report["write"]["per_second"] * args.batch, 1)
     finally:
-        server.terminate()
-        server.wait(timeout=60)
-    print(json.dumps(report, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    return 0
+        for process in (server, helper):
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=60)
+    return report
 
 
 if __name__ == "__main__":
