@@ -55,6 +55,7 @@ from convmem.store.sqlite import (
     text_digest,
     worker_identity,
 )
+from convmem.story.memory import StoryMemory
 from convmem.text import clean_text, tokenize
 
 __all__ = ["DeleteResult", "Memory", "UpsertResult"]
@@ -90,6 +91,9 @@ class _Metrics:
     job_retries: Counter = field(default_factory=lambda: Counter("job_retries_total"))
     turns_accepted: Counter = field(default_factory=lambda: Counter("turns_accepted_total"))
     degraded_searches: Counter = field(default_factory=lambda: Counter("degraded_searches_total"))
+    story_degraded: Counter = field(
+        default_factory=lambda: Counter("scene_context_degraded_parts_total")
+    )
     search_latency: Histogram = field(default_factory=lambda: Histogram("search_seconds"))
     index_latency: Histogram = field(default_factory=lambda: Histogram("index_batch_seconds"))
 
@@ -945,6 +949,18 @@ class Memory:
             "failed_jobs": failed,
         }
 
+    def story(self, project_id: str) -> StoryMemory:
+        """Story memory of one project in this tenant: chunks, entity states, seed 003 tools."""
+        return StoryMemory(self, project_id)
+
+    def count_degraded(self, parts: int) -> None:
+        """Record scene-context parts that degraded (seed 003 decision 4) in the metrics."""
+        self._engine.metrics.story_degraded.inc(parts)
+
+    def story_space(self, project_id: str) -> Memory:
+        """The tenant view that holds one project's story chunks (see ``convmem.story``)."""
+        return Memory(self._engine, f"{self._tenant}\x1fstory:{project_id}")
+
     def instruments(self) -> dict[str, Counter | Histogram]:
         """The engine's counters and histograms (shared by every tenant view), by name."""
         metrics = self._engine.metrics
@@ -954,6 +970,7 @@ class Memory:
             metrics.job_retries,
             metrics.turns_accepted,
             metrics.degraded_searches,
+            metrics.story_degraded,
             metrics.search_latency,
             metrics.index_latency,
             self._engine.embedding.latency,
@@ -1203,7 +1220,13 @@ def _check_note_id(note_id: Any) -> str:
 
 
 def _check_tenant(tenant: Any) -> None:
-    if not isinstance(tenant, str) or not tenant or len(tenant) > 100:
+    if (
+        not isinstance(tenant, str)
+        or not tenant
+        or len(tenant) > 100
+        or any(ord(ch) < 32 for ch in tenant)
+    ):
         raise InvalidInputError(
-            "tenant must be a non-empty string of at most 100 characters", field="tenant"
+            "tenant must be a non-empty string of at most 100 printable characters",
+            field="tenant",
         )

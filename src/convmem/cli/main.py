@@ -345,6 +345,59 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_story(args: argparse.Namespace) -> int:
+    from convmem.story import load_project
+
+    with _memory(args) as memory:
+        _print_json(load_project(memory, args.project, Path(args.folder)))
+    return 0
+
+
+def cmd_scene(args: argparse.Namespace) -> int:
+    from convmem.story import CharactersConfig, ScenePlan, build_scene_memory_context, load_project
+    from convmem.story.loader import read_characters
+
+    with _memory(args) as memory:
+        if args.demo:
+            folder = resources.files("convmem") / "data" / "story_demo"
+            with resources.as_file(folder) as demo:
+                load_project(memory, args.project, demo)
+                plan = ScenePlan.model_validate_json((demo / "scene_plan.json").read_text("utf-8"))
+                characters = read_characters(demo)
+        else:
+            if not args.plan:
+                raise InvalidInputError("scene needs --plan FILE (or --demo)", field="--plan")
+            plan = ScenePlan.model_validate_json(Path(args.plan).read_text(encoding="utf-8"))
+            characters = (
+                CharactersConfig.model_validate_json(
+                    Path(args.characters).read_text(encoding="utf-8")
+                )
+                if args.characters
+                else CharactersConfig()
+            )
+        context = build_scene_memory_context(
+            plan,
+            characters,
+            args.project,
+            args.chapter if args.chapter is not None else plan.chapter_index,
+            args.scene if args.scene is not None else plan.scene_index,
+            memory=memory,
+            output_path=args.output,
+            top_k=args.top_k,
+        )
+        if args.output is None:
+            _print_json(context.model_dump(mode="json"))
+        else:
+            print(
+                f"wrote {args.output}: {len(context.entity_states)} entity states, "
+                f"{len(context.relevant_memories)} memories, "
+                f"{len((context.timeline_context or {}).get('events', []))} timeline events"
+                + (f"; degraded: {context.degraded}" if context.degraded else ""),
+                file=sys.stderr,
+            )
+    return 0
+
+
 DEMO_QUERIES = [
     ("我的护照什么时候到期？", None),
     ("团队下季度主推什么产品", None),
@@ -522,6 +575,26 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_argument("--tenant", dest="key_tenant", help="the tenant a new key acts for")
     keys.add_argument("--name", help="a label for the new key")
     keys.set_defaults(func=cmd_keys)
+
+    story = sub.add_parser(
+        "story", help="load a story project folder (chapters, characters, states)"
+    )
+    story.add_argument("project")
+    story.add_argument("folder")
+    story.set_defaults(func=cmd_story)
+
+    scene = sub.add_parser("scene", help="build the memory context of one scene as JSON")
+    scene.add_argument("project")
+    scene.add_argument("--plan", help="ScenePlan JSON file")
+    scene.add_argument("--characters", help="CharactersConfig JSON file")
+    scene.add_argument("--chapter", type=int, help="default: the plan's chapter_index")
+    scene.add_argument("--scene", type=int, help="default: the plan's scene_index")
+    scene.add_argument("--top-k", type=int, default=10)
+    scene.add_argument("-o", "--output", help="write the SceneMemoryContext JSON here")
+    scene.add_argument(
+        "--demo", action="store_true", help="load the bundled Chinese story and use its plan"
+    )
+    scene.set_defaults(func=cmd_scene)
 
     demo = sub.add_parser("demo", help="ingest the bundled Chinese sample and search it")
     demo.add_argument("--timeout", type=float, default=120.0)

@@ -36,6 +36,14 @@ from convmem.errors import (
 from convmem.metrics import Histogram
 from convmem.server.metrics import render_prometheus
 from convmem.service import Memory
+from convmem.story import (
+    CharactersConfig,
+    EntityStateSnapshot,
+    SceneMemoryContext,
+    ScenePlan,
+    StoryMemoryChunk,
+    build_scene_memory_context,
+)
 
 __all__ = ["ServerSettings", "create_app", "error_response"]
 
@@ -249,6 +257,23 @@ class UpdateIn(_Strict):
     status: Literal["confirmed", "rejected"] | None = None
     requires_confirmation: bool | None = None
     evidence_level: str | None = Field(default=None, max_length=40)
+
+
+class SceneIn(_Strict):
+    project_id: str = Field(min_length=1, max_length=200)
+    chapter_index: int | None = Field(default=None, ge=0, le=1_000_000)
+    scene_index: int | None = Field(default=None, ge=0, le=1_000_000)
+    scene_plan: ScenePlan
+    characters: CharactersConfig = Field(default_factory=CharactersConfig)
+    top_k: int = Field(default=10, ge=1, le=100)
+
+
+class StoryChunksIn(_Strict):
+    chunks: list[StoryMemoryChunk] = Field(max_length=1000)
+
+
+class StoryStatesIn(_Strict):
+    states: list[EntityStateSnapshot] = Field(max_length=1000)
 
 
 class KeyIn(_Strict):
@@ -501,6 +526,31 @@ def create_app(settings: ServerSettings | None = None, *, memory: Memory | None 
     @app.post("/v1/jobs/{job_id}/retry")
     def retry(job_id: JobId, memory: Caller) -> dict[str, Any]:
         return memory.retry_job(job_id).model_dump(mode="json")
+
+    @app.post("/v1/story/{project_id}/chunks")
+    def add_story_chunks(project_id: str, body: StoryChunksIn, memory: Caller) -> dict[str, Any]:
+        """Store story memory chunks of a project (stable ids: re-sending overwrites)."""
+        ids = memory.story(project_id).add_memory_chunks(body.chunks)
+        return {"project_id": project_id, "chunk_ids": ids}
+
+    @app.post("/v1/story/{project_id}/states")
+    def add_story_states(project_id: str, body: StoryStatesIn, memory: Caller) -> dict[str, Any]:
+        """Store entity state snapshots of a project."""
+        count = memory.story(project_id).add_entity_state(*body.states)
+        return {"project_id": project_id, "states": count}
+
+    @app.post("/v1/scenes")
+    def scene(body: SceneIn, memory: Caller) -> SceneMemoryContext:
+        """Build the memory context of one scene (seed 003), from before the scene."""
+        return build_scene_memory_context(
+            body.scene_plan,
+            body.characters,
+            body.project_id,
+            body.chapter_index if body.chapter_index is not None else body.scene_plan.chapter_index,
+            body.scene_index if body.scene_index is not None else body.scene_plan.scene_index,
+            memory=memory,
+            top_k=body.top_k,
+        )
 
     @app.get("/v1/policy")
     def get_policy(memory: Caller) -> dict[str, Any]:

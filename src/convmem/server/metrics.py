@@ -14,6 +14,7 @@ HELP = {
     "upsert_failures_total": "failed index writes",
     "job_retries_total": "index job failures that were scheduled for retry",
     "turns_accepted_total": "turns stored durably",
+    "scene_context_degraded_parts_total": "scene memory context parts that failed and were left empty",
     "degraded_searches_total": "hybrid searches answered lexically because the embedder failed",
     "search_seconds": "search latency",
     "index_batch_seconds": "latency of one index worker pass",

@@ -34,6 +34,7 @@ from convmem.models import ChunkRecord, JobInfo, Turn
 from convmem.store.filters import FilterSpec, dumps_list, to_sql
 from convmem.store.governance import GOVERNANCE_SCHEMA, GovernanceTables, MarkWrite
 from convmem.store.keys import KEYS_SCHEMA, KeyTables
+from convmem.store.story import STORY_SCHEMA, StoryTables
 
 __all__ = [
     "ClaimedJob",
@@ -47,7 +48,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: list[str] = [
     # 1: initial schema
@@ -144,6 +145,8 @@ MIGRATIONS: list[str] = [
     GOVERNANCE_SCHEMA,
     # 4: API keys of the HTTP service
     KEYS_SCHEMA,
+    # 5: entity state snapshots of story projects
+    STORY_SCHEMA,
 ]
 
 # Tenant-wide BM25 reads every posting of its terms. Terms are taken rarest first until
@@ -258,7 +261,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class SQLiteStore(GovernanceTables, KeyTables):
+class SQLiteStore(GovernanceTables, KeyTables, StoryTables):
     """The embedded store. Thread-safe: each thread gets its own connection."""
 
     def __init__(self, path: str | Path, *, durability: str = "full") -> None:

@@ -1,0 +1,178 @@
+"""The scene memory context chain (seed 003): plan, retrieve, assemble, write JSON.
+
+Runs on its own: give it the scene plan, the characters, the project and the point in the
+story. Everything it returns comes from *before* the scene: chunks earlier in the story,
+entity states strictly before the scene, the timeline up to it. Each part degrades on its
+own (decision 4): a failing search leaves memories empty (or lexical only when just the
+embedder failed), a failing database leaves states and timeline empty, a failed JSON
+write logs a warning; ``degraded`` names what happened and metrics count it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from convmem.errors import EmbedderError
+from convmem.story.memory import story_position
+from convmem.story.models import (
+    CharactersConfig,
+    EntityStateSnapshot,
+    SceneMemoryContext,
+    ScenePlan,
+    StoryMemoryChunk,
+)
+from convmem.story.planner import RuleScenePlanner, SceneNeeds, ScenePlanner
+
+if TYPE_CHECKING:
+    from convmem.service import Memory
+
+__all__ = ["build_scene_memory_context"]
+
+logger = logging.getLogger(__name__)
+
+
+def build_scene_memory_context(
+    scene_plan: ScenePlan | dict[str, Any],
+    characters: CharactersConfig | dict[str, Any],
+    project_id: str,
+    chapter_index: int,
+    scene_index: int,
+    *,
+    memory: Memory,
+    output_path: str | Path | None = None,
+    planner: ScenePlanner | None = None,
+    top_k: int = 10,
+    timeline_window: int = 2,
+) -> SceneMemoryContext:
+    """Build (and optionally write as JSON) the memory context for one scene."""
+    scene = (
+        scene_plan if isinstance(scene_plan, ScenePlan) else ScenePlan.model_validate(scene_plan)
+    )
+    cast = (
+        characters
+        if isinstance(characters, CharactersConfig)
+        else CharactersConfig.model_validate(characters)
+    )
+    story = memory.story(project_id)
+    degraded: list[str] = []
+    default = RuleScenePlanner()
+    try:
+        needs = (planner or default).plan(scene, cast)
+    except Exception as exc:  # an LLM planner failing must not stop the chain
+        logger.warning("scene planner failed, using the rule planner: %s", exc)
+        degraded.append(f"planner: {type(exc).__name__}; used the rule planner")
+        needs = default.plan(scene, cast)
+    before = (chapter_index, scene_index)
+
+    memories: list[StoryMemoryChunk] = []
+    try:
+        memories = _memories(story, needs, before, top_k)
+    except EmbedderError as exc:
+        logger.warning("story search could not embed queries, searching lexically: %s", exc)
+        degraded.append(f"relevant_memories: embedder failed ({exc}); lexical search only")
+        try:
+            memories = _memories(story, needs, before, top_k, lexical_only=True)
+        except Exception as inner:
+            degraded.append(f"relevant_memories: {type(inner).__name__}; left empty")
+            memories = []
+    except Exception as exc:
+        logger.warning("story memory search failed: %s", exc)
+        degraded.append(f"relevant_memories: {type(exc).__name__}: {exc}; left empty")
+
+    states: list[EntityStateSnapshot] = []
+    try:
+        for entity_id in needs.entities:
+            state = story.entity_state(entity_id, chapter_index, scene_index, inclusive=False)
+            if state is not None:
+                states.append(state)
+    except Exception as exc:
+        logger.warning("entity state lookup failed: %s", exc)
+        degraded.append(f"entity_states: {type(exc).__name__}: {exc}; left empty")
+        states = []
+
+    timeline: dict[str, Any] | None = None
+    try:
+        position = story_position(chapter_index, scene_index)
+        wanted = set(needs.entities)
+        events = [
+            {
+                "entity_id": snap.entity_id,
+                "entity_type": snap.entity_type,
+                "chapter_index": snap.chapter_index,
+                "scene_index": snap.scene_index,
+                "state": snap.state,
+            }
+            for snap in story.timeline(chapter_index, timeline_window)
+            if story_position(snap.chapter_index, snap.scene_index) < position
+            and (not wanted or snap.entity_id in wanted)
+        ]
+        timeline = {
+            "window": [max(0, chapter_index - timeline_window), chapter_index],
+            "events": events,
+            "scene_events": needs.events,
+        }
+    except Exception as exc:
+        logger.warning("timeline lookup failed: %s", exc)
+        degraded.append(f"timeline_context: {type(exc).__name__}: {exc}; left empty")
+
+    context = SceneMemoryContext(
+        project_id=project_id,
+        chapter_index=chapter_index,
+        scene_index=scene_index,
+        entity_states=states,
+        relevant_memories=memories,
+        timeline_context=timeline,
+        retrieval_timestamp=datetime.now(UTC),
+        queries=needs.queries,
+        degraded=degraded,
+    )
+    if output_path is not None:
+        try:
+            _write_json(Path(output_path), context)
+        except OSError as exc:
+            logger.warning("could not write the scene context to %s: %s", output_path, exc)
+            context = context.model_copy(update={"degraded": [*context.degraded, f"output: {exc}"]})
+    if context.degraded:
+        memory.count_degraded(len(context.degraded))
+    return context
+
+
+def _memories(
+    story: Any,
+    needs: SceneNeeds,
+    before: tuple[int, int],
+    top_k: int,
+    *,
+    lexical_only: bool = False,
+) -> list[StoryMemoryChunk]:
+    """Each query's hits, merged by best rank (reciprocal rank), deduplicated by id."""
+    scores: dict[str, float] = {}
+    chunks: dict[str, StoryMemoryChunk] = {}
+    for query in needs.queries:
+        for rank, chunk in enumerate(
+            story.search(query, top_k=top_k, before=before, lexical_only=lexical_only)
+        ):
+            assert chunk.chunk_id is not None
+            chunks[chunk.chunk_id] = chunk
+            scores[chunk.chunk_id] = scores.get(chunk.chunk_id, 0.0) + 1.0 / (60 + rank)
+    best = sorted(scores, key=lambda chunk_id: (-scores[chunk_id], chunk_id))[:top_k]
+    return [chunks[chunk_id] for chunk_id in best]
+
+
+def _write_json(path: Path, context: SceneMemoryContext) -> None:
+    """Write atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(json.dumps(context.model_dump(mode="json"), ensure_ascii=False, indent=2))
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,127 @@
+"""Load a story project from files.
+
+A project folder holds ``characters.json`` (a ``CharactersConfig``), ``chapters/*.md``
+(one file per chapter; the digits in the name are the chapter index; ``## `` headings
+start scenes, numbered in order from 1 unless the heading says ``场景 N`` / ``Scene N``; an
+optional first line ``标签：a、b`` or ``tags: a, b`` tags the scene; each paragraph
+becomes one chunk) and ``states.jsonl`` (entity state snapshots). Entities of a chunk are
+the characters (names and aliases) and known entity ids that it mentions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from convmem.errors import InvalidInputError
+from convmem.story.models import CharactersConfig, StoryMemoryChunk
+
+if TYPE_CHECKING:
+    from convmem.service import Memory
+
+__all__ = ["load_project", "read_characters"]
+
+SCENE_NUMBER = re.compile(r"(?:场景|scene)\s*(\d+)", re.IGNORECASE)
+TAGS = re.compile(r"^(?:标签|tags)\s*[:：]\s*(.+)$", re.IGNORECASE)
+
+
+def read_characters(folder: Path) -> CharactersConfig:
+    path = folder / "characters.json"
+    if not path.exists():
+        return CharactersConfig()
+    return CharactersConfig.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def _states(folder: Path) -> list[dict[str, Any]]:
+    path = folder / "states.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise InvalidInputError(
+                    f"{path}:{number} is not JSON: {exc.msg}", field=f"states.jsonl:{number}"
+                ) from None
+    return rows
+
+
+def _chunks(
+    path: Path, project_id: str, names: dict[str, str], known: set[str]
+) -> list[StoryMemoryChunk]:
+    digits = re.findall(r"\d+", path.stem)
+    if not digits:
+        raise InvalidInputError(
+            f"{path.name}: a chapter file name needs its number, e.g. chapter_03.md",
+            field=path.name,
+        )
+    chapter = int(digits[-1])
+    chunks: list[StoryMemoryChunk] = []
+    scene = 0
+    tags: list[str] = []
+    paragraph: list[str] = []
+
+    def flush() -> None:
+        text = "\n".join(paragraph).strip()
+        paragraph.clear()
+        if not text or scene == 0:
+            return
+        entities = [entity for alias, entity in names.items() if alias in text]
+        entities += [entity for entity in known if entity in text]
+        chunks.append(
+            StoryMemoryChunk(
+                project_id=project_id,
+                chapter_index=chapter,
+                scene_index=scene,
+                content_type="scene",
+                content=text,
+                entities=list(dict.fromkeys(entities)),
+                tags=tags,
+            )
+        )
+
+    for line in path.read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if stripped.startswith("## "):
+            flush()
+            match = SCENE_NUMBER.search(stripped)
+            scene = int(match.group(1)) if match else scene + 1
+            tags = []
+        elif stripped.startswith("# "):
+            flush()
+        elif (match := TAGS.match(stripped)) and not paragraph:
+            tags = [t.strip() for t in re.split(r"[、,，]", match.group(1)) if t.strip()]
+        elif not stripped:
+            flush()
+        else:
+            paragraph.append(stripped)
+    flush()
+    return chunks
+
+
+def load_project(memory: Memory, project_id: str, folder: str | Path) -> dict[str, int]:
+    """Load (or reload: ids are stable, so nothing is duplicated) a project folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InvalidInputError(f"{folder} is not a folder", field="folder")
+    characters = read_characters(folder)
+    names: dict[str, str] = {}
+    for profile in characters.characters:
+        for alias in (profile.name, *profile.aliases):
+            names[alias] = profile.id
+    states = _states(folder)
+    known = {row["entity_id"] for row in states if isinstance(row, dict) and "entity_id" in row}
+    story = memory.story(project_id)
+    chunks: list[StoryMemoryChunk] = []
+    chapter_files = sorted((folder / "chapters").glob("*.md"))
+    for path in chapter_files:
+        chunks.extend(_chunks(path, project_id, names, known))
+    if chunks:
+        story.add_memory_chunks(chunks)
+    if states:
+        story.add_entity_state(*states)
+    return {"chapters": len(chapter_files), "chunks": len(chunks), "states": len(states)}

@@ -1,0 +1,284 @@
+"""Story memory of one project: chunks in the shared store, entity states, the seed's tools.
+
+Story chunks are ordinary chunks in the same store and search, in a tenant space of their
+own per project (``<tenant>\\x1fstory:<project_id>``: control characters are not allowed
+in tenant names, so no caller can name it), which keeps projects apart and story text out
+of dialogue search. In that space ``turn_range`` holds the chunk's story position
+(``chapter * 100000 + scene``) so a search can stop before a scene, ``participants`` its
+entities and ``intent_tag`` its content type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from convmem.errors import EmbedderError, InvalidInputError
+from convmem.models import ChunkMetadata, ChunkRecord
+from convmem.story.models import EntityStateSnapshot, StoryMemoryChunk
+
+if TYPE_CHECKING:
+    from convmem.service import Memory
+
+__all__ = [
+    "POSITION_SCALE",
+    "StoryMemory",
+    "get_entity_state_tool",
+    "get_recent_timeline_tool",
+    "search_story_memory_tool",
+    "story_position",
+]
+
+POSITION_SCALE = 100_000
+
+
+def story_position(chapter_index: int, scene_index: int) -> int:
+    return chapter_index * POSITION_SCALE + scene_index
+
+
+def _check_project(project_id: Any) -> str:
+    if not isinstance(project_id, str) or not project_id.strip() or len(project_id) > 200:
+        raise InvalidInputError(
+            "project_id must be a non-empty string of at most 200 characters", field="project_id"
+        )
+    return project_id
+
+
+def story_chunk_id(chunk: StoryMemoryChunk) -> str:
+    raw = json.dumps(
+        [
+            chunk.project_id,
+            chunk.chapter_index,
+            chunk.scene_index,
+            chunk.content_type,
+            chunk.content,
+        ],
+        ensure_ascii=False,
+    )
+    return "story_" + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
+
+
+class StoryMemory:
+    """One project's story memory, bound to a tenant (``Memory.story(project_id)``)."""
+
+    def __init__(self, memory: Memory, project_id: str) -> None:
+        self.project_id = _check_project(project_id)
+        self._memory = memory
+        self._space = memory.story_space(project_id)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def add_memory_chunks(self, chunks: Sequence[StoryMemoryChunk | dict[str, Any]]) -> list[str]:
+        """Embed and store story chunks (same id overwrites); returns their ids.
+
+        Raises:
+            InvalidInputError: a chunk is invalid or names another project; nothing stored.
+        """
+        parsed: list[StoryMemoryChunk] = []
+        problems: list[dict[str, Any]] = []
+        for index, raw in enumerate(chunks):
+            try:
+                chunk = (
+                    raw
+                    if isinstance(raw, StoryMemoryChunk)
+                    else StoryMemoryChunk.model_validate({"project_id": self.project_id, **raw})
+                )
+            except ValidationError as exc:
+                for err in exc.errors():
+                    loc = ".".join(str(p) for p in err["loc"])
+                    problems.append({"field": f"chunks[{index}].{loc}", "message": err["msg"]})
+                continue
+            if chunk.project_id != self.project_id:
+                problems.append(
+                    {
+                        "field": f"chunks[{index}].project_id",
+                        "message": f"belongs to {chunk.project_id!r}, not {self.project_id!r}",
+                    }
+                )
+                continue
+            parsed.append(chunk)
+        if problems:
+            raise InvalidInputError(
+                f"{problems[0]['field']}: {problems[0]['message']}",
+                field=problems[0]["field"],
+                errors=problems,
+            )
+        records = []
+        for chunk in parsed:
+            chunk_id = chunk.chunk_id or story_chunk_id(chunk)
+            position = story_position(chunk.chapter_index, chunk.scene_index)
+            metadata = ChunkMetadata.model_validate(
+                {
+                    "conversation_id": self.project_id,
+                    "turn_range": (position, position),
+                    "participants": chunk.entities,
+                    "speakers": [],
+                    "intent_tag": chunk.content_type,
+                    "project_id": self.project_id,
+                    "chapter_index": chunk.chapter_index,
+                    "scene_index": chunk.scene_index,
+                    "content_type": chunk.content_type,
+                    "entities": chunk.entities,
+                    "tags": chunk.tags,
+                }
+            )
+            records.append(ChunkRecord(chunk_id=chunk_id, text=chunk.content, metadata=metadata))
+        result = self._space.upsert_chunks(records)
+        if result.errors:
+            raise InvalidInputError("; ".join(result.errors), field="chunks")
+        return [record.chunk_id for record in records]
+
+    def add_entity_state(self, *snapshots: EntityStateSnapshot | dict[str, Any]) -> int:
+        """Store entity state snapshots of this project (same entity, point, version overwrite)."""
+        rows = []
+        for index, raw in enumerate(snapshots):
+            try:
+                snapshot = (
+                    raw
+                    if isinstance(raw, EntityStateSnapshot)
+                    else EntityStateSnapshot.model_validate({"project_id": self.project_id, **raw})
+                )
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                field = f"states[{index}]." + ".".join(str(p) for p in err["loc"])
+                raise InvalidInputError(f"{field}: {err['msg']}", field=field) from None
+            if snapshot.project_id != self.project_id:
+                raise InvalidInputError(
+                    f"states[{index}] belongs to {snapshot.project_id!r}, not {self.project_id!r}",
+                    field=f"states[{index}].project_id",
+                )
+            rows.append(snapshot.model_dump())
+        return self._memory.store.put_entity_states(self._memory.tenant, rows)
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        entities: Iterable[str] | None = None,
+        content_types: Iterable[str] | None = None,
+        tags: Iterable[str] | None = None,
+        top_k: int = 10,
+        *,
+        before: tuple[int, int] | None = None,
+        lexical_only: bool = False,
+    ) -> list[StoryMemoryChunk]:
+        """Hybrid search of this project's chunks (``search_story_memory_tool``).
+
+        ``before=(chapter, scene)`` keeps only chunks earlier in the story. Raises
+        EmbedderError when the query cannot be embedded (unless ``lexical_only``).
+        """
+        filters: dict[str, Any] = {}
+        if entities:
+            filters["participants"] = {"$contains_any": list(entities)}
+        if content_types:
+            filters["intent_tag"] = {"$in": list(content_types)}
+        if before is not None:
+            position = story_position(*before)
+            if position == 0:
+                return []
+            filters["turn_range"] = [0, position - 1]
+        wanted = set(tags or [])
+        pool = top_k * 5 if wanted else top_k
+        if lexical_only:
+            hits = self._space.search(query, top_k=pool, filters=filters or None, mode="lexical")
+        else:
+            vector = self._space.embedding.embed_array([query])[0]  # raises EmbedderError
+            hits = self._space.search(
+                query, top_k=pool, filters=filters or None, query_vector=vector.tolist()
+            )
+        out: list[StoryMemoryChunk] = []
+        seen: set[str] = set()
+        for hit in hits:
+            meta = hit.metadata
+            if hit.chunk_id in seen or (wanted and not wanted & set(meta.get("tags", []))):
+                continue
+            seen.add(hit.chunk_id)
+            out.append(
+                StoryMemoryChunk(
+                    chunk_id=hit.chunk_id,
+                    project_id=self.project_id,
+                    chapter_index=meta["chapter_index"],
+                    scene_index=meta["scene_index"],
+                    content_type=meta.get("content_type", "scene"),
+                    content=hit.text,
+                    entities=meta.get("entities", []),
+                    tags=meta.get("tags", []),
+                )
+            )
+            if len(out) >= top_k:
+                break
+        return out
+
+    def entity_state(
+        self, entity_id: str, chapter_index: int, scene_index: int, *, inclusive: bool = True
+    ) -> EntityStateSnapshot | None:
+        """Latest state at (or, ``inclusive=False``, strictly before) a point."""
+        row = self._memory.store.latest_entity_state(
+            self._memory.tenant,
+            self.project_id,
+            entity_id,
+            chapter_index,
+            scene_index,
+            inclusive=inclusive,
+        )
+        return EntityStateSnapshot.model_validate(row) if row else None
+
+    def timeline(
+        self, chapter_index: int, window: int = 2, entity_id: str | None = None
+    ) -> list[EntityStateSnapshot]:
+        """Snapshots of chapters ``chapter_index - window .. chapter_index``, in story order."""
+        if window < 0:
+            raise InvalidInputError("window must be >= 0", field="window")
+        rows = self._memory.store.entity_timeline(
+            self._memory.tenant,
+            self.project_id,
+            max(0, chapter_index - window),
+            chapter_index,
+            entity_id,
+        )
+        return [EntityStateSnapshot.model_validate(row) for row in rows]
+
+
+def search_story_memory_tool(
+    project_id: str,
+    query: str,
+    entities: Iterable[str] | None = None,
+    content_types: Iterable[str] | None = None,
+    tags: Iterable[str] | None = None,
+    top_k: int = 10,
+    *,
+    memory: Memory,
+) -> list[StoryMemoryChunk]:
+    """Seed 003 tool: relevant story chunks of one project, deduplicated by id.
+
+    If the query cannot be embedded, answers from the lexical index.
+    """
+    story = memory.story(project_id)
+    try:
+        return story.search(query, entities, content_types, tags, top_k)
+    except EmbedderError:
+        return story.search(query, entities, content_types, tags, top_k, lexical_only=True)
+
+
+def get_entity_state_tool(
+    project_id: str, entity_id: str, chapter_index: int, scene_index: int, *, memory: Memory
+) -> EntityStateSnapshot | None:
+    """Seed 003 tool: the latest state of an entity at or before a point, or None."""
+    return memory.story(project_id).entity_state(entity_id, chapter_index, scene_index)
+
+
+def get_recent_timeline_tool(
+    project_id: str,
+    chapter_index: int,
+    window: int = 2,
+    entity_id: str | None = None,
+    *,
+    memory: Memory,
+) -> list[EntityStateSnapshot]:
+    """Seed 003 tool: the state snapshots of the last ``window`` chapters up to this one."""
+    return memory.story(project_id).timeline(chapter_index, window, entity_id)

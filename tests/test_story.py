@@ -1,0 +1,270 @@
+"""Story memory (seed 003) on the bundled Chinese project: tools, chain, isolation, degradation."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from fastapi.testclient import TestClient
+
+from convmem import HashingEmbedder, Memory
+from convmem.cli.main import main
+from convmem.errors import InvalidInputError
+from convmem.server import ServerSettings, create_app
+from convmem.story import (
+    CharactersConfig,
+    EntityStateSnapshot,
+    LLMScenePlanner,
+    SceneMemoryContext,
+    ScenePlan,
+    StoryMemoryChunk,
+    build_scene_memory_context,
+    get_entity_state_tool,
+    get_recent_timeline_tool,
+    load_project,
+    search_story_memory_tool,
+)
+from convmem.story.loader import read_characters
+from helpers import OutageEmbedder
+
+DEMO = Path(str(resources.files("convmem") / "data" / "story_demo"))
+PLAN = ScenePlan.model_validate_json((DEMO / "scene_plan.json").read_text(encoding="utf-8"))
+CAST = read_characters(DEMO)
+
+
+@pytest.fixture
+def novel(tmp_path: Path) -> Iterator[Memory]:
+    with Memory.open(str(tmp_path / "story.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        counts = load_project(memory, "harbor", DEMO)
+        assert counts == {"chapters": 3, "chunks": 11, "states": 8}
+        yield memory
+
+
+@pytest.mark.parametrize(
+    "model",
+    [ScenePlan, CharactersConfig, EntityStateSnapshot, StoryMemoryChunk, SceneMemoryContext],
+)
+def test_every_model_has_a_valid_json_example(model: Any) -> None:
+    examples = model.model_json_schema()["examples"]
+    assert examples
+    for example in examples:
+        model.model_validate(example)
+
+
+def test_scene_context_uses_only_what_came_before_the_scene(novel: Memory, tmp_path: Path) -> None:
+    out = tmp_path / "scene.json"
+    # a state recorded at the scene itself (an earlier draft of it) is not "before" it either
+    novel.story("harbor").add_entity_state(
+        {"entity_id": "林晚", "chapter_index": 3, "scene_index": 1, "state": {"location": "草稿"}}
+    )
+    context = build_scene_memory_context(PLAN, CAST, "harbor", 3, 1, memory=novel, output_path=out)
+    assert context.degraded == []
+    states = {state.entity_id: state for state in context.entity_states}
+    assert set(states) >= {"林晚", "沈舟"}
+    # the latest state before the scene, not the one after it (chapter 3 scene 2: 警局)
+    assert (states["林晚"].chapter_index, states["林晚"].scene_index) == (2, 3)
+    assert states["林晚"].state["location"] == "七号仓外"
+    assert states["沈舟"].state["scar"] == "左手手背新的烧伤"
+    texts = [chunk.content for chunk in context.relevant_memories]
+    assert any("铜钥匙很沉" in text for text in texts)  # the key and its engraving
+    assert any("只有沈舟一个人出来" in text for text in texts)  # the watchman's testimony
+    assert not any("警局" in text or "账本" in text for text in texts)  # written after the scene
+    assert all((c.chapter_index, c.scene_index) < (3, 1) for c in context.relevant_memories)
+    assert len({c.chunk_id for c in context.relevant_memories}) == len(texts)  # no duplicates
+    assert context.timeline_context is not None
+    events = context.timeline_context["events"]
+    assert events and all((e["chapter_index"], e["scene_index"]) < (3, 1) for e in events)
+    assert context.queries and PLAN.summary in context.queries
+    # the JSON written validates against the model and equals the result
+    assert SceneMemoryContext.model_validate_json(out.read_text(encoding="utf-8")) == context
+
+
+def test_the_three_tools(novel: Memory) -> None:
+    hits = search_story_memory_tool("harbor", "铜钥匙 七号仓", memory=novel)
+    assert hits and "七号仓" in hits[0].content
+    assert len({h.chunk_id for h in hits}) == len(hits)
+    only_shen = search_story_memory_tool("harbor", "码头", entities=["沈舟"], memory=novel)
+    assert only_shen and all("沈舟" in h.entities for h in only_shen)
+    tagged = search_story_memory_tool("harbor", "林晚", tags=["证词"], top_k=5, memory=novel)
+    assert tagged and all("证词" in h.tags for h in tagged)
+    assert search_story_memory_tool("harbor", "林晚", content_types=["summary"], memory=novel) == []
+    at = get_entity_state_tool("harbor", "林晚", 2, 3, memory=novel)
+    assert at is not None and at.state["location"] == "七号仓外"  # at the point counts
+    before = get_entity_state_tool("harbor", "林晚", 2, 2, memory=novel)
+    assert before is not None and (before.chapter_index, before.scene_index) == (1, 2)
+    assert get_entity_state_tool("harbor", "林晚", 0, 9, memory=novel) is None
+    assert get_entity_state_tool("harbor", "nobody", 9, 9, memory=novel) is None
+    window = get_recent_timeline_tool("harbor", 2, window=0, memory=novel)
+    assert {s.chapter_index for s in window} == {2}
+    assert [
+        s.entity_id for s in get_recent_timeline_tool("harbor", 3, 3, "沈舟", memory=novel)
+    ] == ["沈舟"]
+
+
+def test_projects_and_tenants_are_isolated(novel: Memory) -> None:
+    other = novel.story("other")
+    other.add_memory_chunks(
+        [
+            {
+                "chapter_index": 1,
+                "scene_index": 1,
+                "content": "另一个项目的秘密：铜钥匙是假的",
+                "entities": ["林晚"],
+            }
+        ]
+    )
+    other.add_entity_state(
+        {"entity_id": "林晚", "chapter_index": 1, "scene_index": 1, "state": {"x": 1}}
+    )
+    for chunk in search_story_memory_tool("harbor", "铜钥匙 秘密", top_k=50, memory=novel):
+        assert "另一个项目" not in chunk.content
+    state = get_entity_state_tool("harbor", "林晚", 1, 1, memory=novel)
+    assert state is not None and "x" not in state.state
+    assert search_story_memory_tool("harbor", "铜钥匙", memory=novel.for_tenant("t2")) == []
+    # story text never shows up in dialogue search
+    assert novel.search("铜钥匙 七号仓", top_k=50) == []
+    with pytest.raises(InvalidInputError) as caught:
+        other.add_memory_chunks([{"chapter_index": 1, "scene_index": 1, "content": "  "}])
+    assert caught.value.field == "chunks[0].content"
+    with pytest.raises(InvalidInputError):
+        novel.for_tenant("evil\x1fstory:harbor")  # nobody can name a story space
+
+
+def test_failing_embedder_leaves_memories_lexical_and_says_so(tmp_path: Path) -> None:
+    embedder = OutageEmbedder()
+    with Memory.open(str(tmp_path / "s.db"), embedder=embedder, workers=0) as memory:
+        load_project(memory, "harbor", DEMO)
+        embedder.down = True
+        before = memory.instruments()["scene_context_degraded_parts_total"].value
+        context = build_scene_memory_context(PLAN, CAST, "harbor", 3, 1, memory=memory)
+        assert any(
+            part.startswith("relevant_memories: embedder failed") for part in context.degraded
+        )
+        assert context.relevant_memories  # lexical answers still come back
+        assert context.entity_states  # the database part is unaffected
+        after = memory.instruments()["scene_context_degraded_parts_total"].value
+        assert after == before + len(context.degraded)
+
+
+def test_closed_database_degrades_every_part_and_still_writes(tmp_path: Path) -> None:
+    memory = Memory.open(str(tmp_path / "s.db"), embedder=HashingEmbedder(), workers=0)
+    load_project(memory, "harbor", DEMO)
+    memory.close()
+    out = tmp_path / "out" / "scene.json"
+    context = build_scene_memory_context(PLAN, CAST, "harbor", 3, 1, memory=memory, output_path=out)
+    assert context.relevant_memories == [] and context.entity_states == []
+    assert context.timeline_context is None
+    parts = {part.split(":")[0] for part in context.degraded}
+    assert parts == {"relevant_memories", "entity_states", "timeline_context"}
+    assert SceneMemoryContext.model_validate_json(out.read_text(encoding="utf-8")).degraded
+
+
+def test_failed_json_write_is_a_warning_not_an_error(novel: Memory, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    context = build_scene_memory_context(
+        PLAN, CAST, "harbor", 3, 1, memory=novel, output_path=blocker / "scene.json"
+    )
+    assert context.relevant_memories and context.degraded[-1].startswith("output:")
+
+
+class _PlannerHandler(BaseHTTPRequestHandler):
+    replies: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        content = type(self).replies.pop(0)
+        payload = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_llm_planner_is_validated_and_falls_back_to_rules(novel: Memory) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PlannerHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    planner = LLMScenePlanner(f"http://127.0.0.1:{server.server_port}/v1", "planner")
+    try:
+        _PlannerHandler.replies = [
+            json.dumps(
+                {"entities": ["周伯"], "events": ["守夜人的证词"], "queries": ["守夜人 证词 雨夜"]}
+            ),
+            json.dumps({"entities": "周伯", "queries": []}),
+        ]
+        good = build_scene_memory_context(PLAN, CAST, "harbor", 3, 1, memory=novel, planner=planner)
+        assert good.queries == ["守夜人 证词 雨夜"] and good.degraded == []
+        assert [s.entity_id for s in good.entity_states] == ["周伯"]
+        bad = build_scene_memory_context(PLAN, CAST, "harbor", 3, 1, memory=novel, planner=planner)
+        assert bad.degraded == ["planner: PlannerError; used the rule planner"]
+        assert PLAN.summary in bad.queries
+    finally:
+        planner.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_scene_over_http_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(tmp_path / "cli.db")
+    out = tmp_path / "scene.json"
+    assert (
+        main(
+            ["--store", store, "--embedder", "hashing", "scene", "harbor", "--demo", "-o", str(out)]
+        )
+        == 0
+    )
+    context = SceneMemoryContext.model_validate_json(out.read_text(encoding="utf-8"))
+    assert context.entity_states and context.relevant_memories
+    assert main(["--store", store, "--embedder", "hashing", "story", "second", str(DEMO)]) == 0
+    assert json.loads(capsys.readouterr().out)["chunks"] == 11
+    app = create_app(ServerSettings(store=store, auth=False, workers=0))
+    with TestClient(app) as client:
+        response = client.post(
+            "/v1/scenes",
+            json={
+                "project_id": "second",
+                "scene_plan": PLAN.model_dump(),
+                "characters": CAST.model_dump(),
+            },
+        )
+        assert response.status_code == 200, response.text
+        body = SceneMemoryContext.model_validate(response.json())
+        assert body.project_id == "second" and body.relevant_memories
+        bad = client.post(
+            "/v1/scenes", json={"project_id": "second", "scene_plan": {"chapter_index": -1}}
+        )
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "scene_plan.chapter_index"
+        added = client.post(
+            "/v1/story/second/states",
+            json={
+                "states": [
+                    {
+                        "project_id": "second",
+                        "entity_id": "沈舟",
+                        "chapter_index": 2,
+                        "scene_index": 9,
+                        "state": {"stance": "动摇"},
+                    }
+                ]
+            },
+        )
+        assert added.status_code == 200
+        again = client.post(
+            "/v1/scenes",
+            json={
+                "project_id": "second",
+                "scene_plan": PLAN.model_dump(),
+                "characters": CAST.model_dump(),
+            },
+        )
+        states = {s["entity_id"]: s for s in again.json()["entity_states"]}
+        assert states["沈舟"]["state"] == {"stance": "动摇"}
