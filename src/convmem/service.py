@@ -683,6 +683,7 @@ class Memory:
         query_vector: Sequence[float] | None = None,
         mode: str = "hybrid",
         candidates: int | None = None,
+        hints: Mapping[str, Any] | None = None,
     ) -> list[Hit]:
         """Hybrid search: vector and BM25 candidates under the filters, fused by reciprocal rank.
 
@@ -691,6 +692,9 @@ class Memory:
         Args:
             query_vector: a precomputed, normalised query vector (skips embedding the query).
             mode: ``"hybrid"`` (default), ``"vector"`` or ``"lexical"``.
+            hints: retrieval hints (``{"strategies": [...], "params": {...}}``, as the
+                ``route`` operator makes them): the hierarchical service picks the tiers
+                (STM recent turns, MTM chunks, LTM notes); hits carry their tier.
             candidates: candidates taken from each side before fusion (default
                 ``max(50, 5 * top_k)``).
 
@@ -700,6 +704,16 @@ class Memory:
         if not isinstance(query_text, str) or not query_text.strip():
             raise InvalidInputError(
                 "query_text is empty; send the question to search for", field="query_text"
+            )
+        if hints is not None:
+            from convmem.retrieve import HierarchicalMemoryService
+
+            return (
+                HierarchicalMemoryService(self)
+                .retrieve(
+                    query_text, vector=query_vector, hints=hints, filters=filters, top_k=top_k
+                )
+                .hits
             )
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
             raise InvalidInputError(

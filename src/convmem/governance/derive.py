@@ -234,7 +234,8 @@ def derive(
         effective[previous.seq] = question.model_copy(
             update={
                 "keep": True,
-                "category": answer.category,
+                "category": "fact",  # context only: no note of its own
+                "subtype": None,
                 "evidence_level": "S1_ai_inference",
                 "importance": min(answer.importance, 0.3),
                 "ttl_seconds": answer.ttl_seconds,

@@ -456,7 +456,8 @@ def create_app(settings: ServerSettings | None = None, *, memory: Memory | None 
     def search(body: SearchIn, memory: Caller) -> dict[str, Any]:
         """Hybrid search in the caller's tenant; deleted and expired memory never returned.
 
-        ``hints`` are echoed; routing hints take effect with the retrieval layer.
+        With ``hints`` (``{"strategies": [...], "params": {...}}``) the hierarchical service
+        reads the tiers they ask for (STM, MTM, LTM); the hints applied are echoed.
         """
         hits = memory.search(
             body.query_text, top_k=body.top_k, filters=body.filters, mode=body.mode

@@ -1,0 +1,242 @@
+"""PreRetrieval (seed 004): pure operators over a data dict; they never touch memory.
+
+``PreRetrieval(config).execute(data) -> data`` with ``data["question"]``. Config:
+``{"action": ...}`` or ``{"actions": [{"action": ...}, ...]}`` (run in order). Actions:
+
+- ``none``: pass through.
+- ``embedding``: ``query_embedding`` from ``embedder`` (an instance or a spec), optionally
+  with an ``instruction`` prefix. Computation only; no memory service is called.
+- ``optimize``: ``operations`` among ``keywords`` (``data["keywords"]``), ``rewrite``
+  (drops recall filler like "你还记得" / "do you remember"; the original stays in
+  ``original_question``), ``expand`` (``synonyms`` map; ``expanded_queries``) and
+  ``instruction`` (``embedding_text``). With ``llm`` the rewrite is asked of a chat
+  endpoint, falling back to the rules.
+- ``multi_embed``: ``query_embeddings`` for the ``views`` ``full``, ``keywords``,
+  ``last_line`` and ``lines``.
+- ``decompose``: ``sub_queries`` split at conjunctions and question marks (or by ``llm``).
+- ``route``: ``retrieval_hints`` (see :mod:`convmem.retrieve.routing`).
+- ``validate``: ``valid`` and ``validation_errors``; ``strict: true`` raises instead.
+
+Failures of LLM variants are recorded in ``data["pre_retrieval_errors"]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from convmem.chat import ChatClient, ChatError
+from convmem.embed import Embedder, resolve_embedder
+from convmem.embed.base import normalise_rows
+from convmem.errors import InvalidInputError
+from convmem.retrieve.routing import Router
+from convmem.text import clean_text, keywords, tokenize
+
+__all__ = ["ACTIONS", "PreRetrieval"]
+
+ACTIONS = ("none", "embedding", "optimize", "multi_embed", "decompose", "route", "validate")
+
+_FILLER = re.compile(
+    r"^(请问|你还记得|还记得|你记得|记不记得|我想知道|帮我查一下|帮我想想|"
+    r"do you remember|can you remember|can you tell me|please tell me|i want to know)[，,\s]*",
+    re.IGNORECASE,
+)
+_SPLIT = re.compile(
+    r"[？?；;]|(?:，|,)?\s*(?:还有|以及|另外|并且|而且|and also|also|as well as)\s*"
+)
+
+
+def _embedder(spec: Any) -> Any:
+    if spec is None:
+        return resolve_embedder("hashing")
+    if isinstance(spec, str):
+        return resolve_embedder(spec)
+    if not hasattr(spec, "embed") and not hasattr(spec, "embed_array"):
+        raise InvalidInputError("embedder must be an Embedder or a spec string", field="embedder")
+    return spec
+
+
+def _vectors(embedder: Any, texts: list[str]) -> list[list[float]]:
+    if hasattr(embedder, "embed_array"):  # an EmbeddingService (already normalised)
+        return [list(map(float, row)) for row in embedder.embed_array(texts)]
+    model: Embedder = embedder
+    return [list(map(float, row)) for row in normalise_rows(model.embed(texts))]
+
+
+class PreRetrieval:
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        config = dict(config or {"action": "none"})
+        steps = config.get("actions")
+        if steps is None:
+            steps = [config]
+        if not isinstance(steps, list) or not steps:
+            raise InvalidInputError("actions must be a non-empty list", field="actions")
+        self.steps: list[dict[str, Any]] = []
+        for index, step in enumerate(steps):
+            if not isinstance(step, Mapping) or step.get("action") not in ACTIONS:
+                raise InvalidInputError(
+                    f"actions[{index}].action must be one of {', '.join(ACTIONS)}",
+                    field=f"actions[{index}].action",
+                )
+            self.steps.append(dict(step))
+        self._embedders: dict[int, Any] = {}
+        self._routers: dict[int, Router] = {}
+        self._chats: dict[int, ChatClient] = {}
+        for index, step in enumerate(self.steps):
+            if step["action"] in ("embedding", "multi_embed"):
+                self._embedders[index] = _embedder(step.get("embedder"))
+            if step["action"] == "route":
+                self._routers[index] = Router(step)
+            if step.get("llm") and step["action"] in ("optimize", "decompose"):
+                self._chats[index] = ChatClient.from_config(step["llm"])
+
+    def execute(self, data: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(data, dict) or not isinstance(data.get("question"), str):
+            raise InvalidInputError(
+                "data must be a dict with a 'question' string", field="question"
+            )
+        for index, step in enumerate(self.steps):
+            data = getattr(self, f"_{step['action']}")(index, step, data)
+        return data
+
+    # -- actions ----------------------------------------------------------------------
+
+    def _none(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        return data
+
+    def _embedding(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        text = data.get("embedding_text") or data["question"]
+        if step.get("instruction"):
+            text = f"{step['instruction']}{data['question']}"
+        data["query_embedding"] = _vectors(self._embedders[index], [clean_text(text) or text])[0]
+        return data
+
+    def _optimize(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        operations = step.get("operations", ["keywords", "rewrite"])
+        question = data["question"]
+        if "rewrite" in operations:
+            rewritten = None
+            chat = self._chats.get(index)
+            if chat is not None:
+                try:
+                    answer = chat.json(
+                        "Rewrite the question as a standalone search query in its own language. "
+                        'Answer JSON only: {"query": "..."}',
+                        question,
+                    )
+                    query = answer.get("query") if isinstance(answer, dict) else None
+                    if isinstance(query, str) and query.strip():
+                        rewritten = query.strip()
+                    else:
+                        raise ChatError(f"no 'query' string in {answer!r}"[:200])
+                except ChatError as exc:
+                    data.setdefault("pre_retrieval_errors", []).append(f"optimize: {exc}")
+            if rewritten is None:
+                rewritten = _FILLER.sub("", question.strip()) or question
+            if rewritten != question:
+                data["original_question"] = question
+                data["question"] = question = rewritten
+        if "keywords" in operations:
+            data["keywords"] = keywords(tokenize(question), limit=int(step.get("max_keywords", 6)))
+        if "expand" in operations:
+            synonyms: Mapping[str, list[str]] = step.get("synonyms", {})
+            expanded = [question]
+            for word, alternatives in synonyms.items():
+                if word in question:
+                    expanded.extend(question.replace(word, alt) for alt in alternatives)
+            data["expanded_queries"] = list(dict.fromkeys(expanded))
+        if "instruction" in operations and step.get("instruction"):
+            data["embedding_text"] = f"{step['instruction']}{question}"
+        return data
+
+    def _multi_embed(
+        self, index: int, step: dict[str, Any], data: dict[str, Any]
+    ) -> dict[str, Any]:
+        question = data["question"]
+        lines = [line.strip() for line in question.splitlines() if line.strip()] or [question]
+        views: dict[str, str | list[str]] = {}
+        for view in step.get("views", ["full", "keywords", "last_line"]):
+            if view == "full":
+                views["full"] = question
+            elif view == "keywords":
+                views["keywords"] = " ".join(keywords(tokenize(question), limit=8)) or question
+            elif view == "last_line":
+                views["last_line"] = lines[-1]
+            elif view == "lines":
+                views["lines"] = lines
+            else:
+                raise InvalidInputError(
+                    f"unknown multi_embed view {view!r}; use full, keywords, last_line, lines",
+                    field="views",
+                )
+        flat: list[tuple[str, str]] = []
+        for name, value in views.items():
+            for text in value if isinstance(value, list) else [value]:
+                flat.append((name, text))
+        vectors = _vectors(self._embedders[index], [clean_text(t) or t for _, t in flat])
+        out: dict[str, Any] = {}
+        for (name, _), vector in zip(flat, vectors, strict=True):
+            if isinstance(views[name], list):
+                out.setdefault(name, []).append(vector)
+            else:
+                out[name] = vector
+        data["query_embeddings"] = out
+        data.setdefault("query_embedding", out.get("full") or vectors[0])
+        return data
+
+    def _decompose(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        question = data["question"]
+        limit = int(step.get("max_parts", 4))
+        parts: list[str] | None = None
+        chat = self._chats.get(index)
+        if chat is not None:
+            try:
+                answer = chat.json(
+                    "Split the question into independent sub-questions (at most "
+                    f'{limit}). Answer JSON only: {{"sub_queries": ["..."]}}',
+                    question,
+                )
+                got = answer.get("sub_queries") if isinstance(answer, dict) else None
+                if (
+                    not isinstance(got, list)
+                    or not got
+                    or not all(isinstance(p, str) and p.strip() for p in got)
+                ):
+                    raise ChatError(f"no 'sub_queries' list in {answer!r}"[:200])
+                parts = [p.strip() for p in got]
+            except ChatError as exc:
+                data.setdefault("pre_retrieval_errors", []).append(f"decompose: {exc}")
+        if parts is None:
+            parts = [p.strip(" ，,。.") for p in _SPLIT.split(question) if p and p.strip(" ，,。.")]
+        data["sub_queries"] = (parts or [question])[:limit]
+        return data
+
+    def _route(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        # route on what the user wrote: recall cues ("还记得") are what a rewrite drops
+        question = data.get("original_question") or data["question"]
+        data["retrieval_hints"] = self._routers[index].route(question)
+        return data
+
+    def _validate(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        question = data["question"]
+        errors = []
+        limit = int(step.get("max_chars", 4000))
+        if not question.strip():
+            errors.append({"field": "question", "message": "question is empty"})
+        elif len(question) > limit:
+            errors.append(
+                {
+                    "field": "question",
+                    "message": f"question has {len(question)} characters; limit {limit}",
+                }
+            )
+        if any(ord(ch) < 32 and ch not in "\n\t\r" for ch in question):
+            errors.append({"field": "question", "message": "question has control characters"})
+        data["valid"] = not errors
+        data["validation_errors"] = errors
+        if errors and step.get("strict"):
+            raise InvalidInputError(errors[0]["message"], field="question", errors=errors)
+        if not errors:
+            data["question"] = clean_text(question) or question
+        return data

@@ -1,0 +1,298 @@
+"""Seed 004: PreRetrieval operators, routing hints, the hierarchical service, pipelines."""
+
+from __future__ import annotations
+
+import ast
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+import convmem.retrieve.preretrieval as preretrieval_module
+import convmem.retrieve.routing as routing_module
+from convmem import HashingEmbedder, Memory
+from convmem.errors import InvalidInputError
+from convmem.retrieve import HierarchicalMemoryService, PreRetrieval, Router, build_pipeline
+from helpers import make_turns
+
+
+@pytest.fixture
+def filled(tmp_path: Path) -> Iterator[Memory]:
+    with Memory.open(str(tmp_path / "r.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns(
+            "c",
+            make_turns(
+                [
+                    "我喜欢靠窗的座位。",
+                    "好的，已记下。",
+                    "我下个月要去东京出差。",
+                    "需要准备签证吗？",
+                    "要的，护照明年三月过期。",
+                    "建议尽快换发护照。",
+                    "记住：我对花生过敏",
+                    "好的。",
+                ]
+            ),
+        )
+        memory.flush()
+        yield memory
+
+
+def test_operators_cannot_reach_storage() -> None:
+    for module in (preretrieval_module, routing_module):
+        tree = ast.parse(Path(str(module.__file__)).read_text(encoding="utf-8"))
+        imported = {
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+        } | {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        assert not any(
+            name.startswith(("convmem.store", "convmem.service", "convmem.retrieve.hierarchy"))
+            for name in imported
+        ), imported
+    # and they run with no memory at all
+    data = PreRetrieval({"actions": [{"action": "route"}, {"action": "embedding"}]}).execute(
+        {"question": "你还记得我喜欢什么吗"}
+    )
+    assert data["retrieval_hints"]["strategies"] == ["deep_search", "persona_search"]
+
+
+def test_none_and_embedding() -> None:
+    data = {"question": "护照什么时候过期", "extra": 1}
+    assert PreRetrieval({"action": "none"}).execute(dict(data)) == data
+    out = PreRetrieval({"action": "embedding", "embedder": HashingEmbedder(64)}).execute(dict(data))
+    vector = np.asarray(out["query_embedding"])
+    assert vector.shape == (64,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-5
+    prefixed = PreRetrieval(
+        {"action": "embedding", "embedder": HashingEmbedder(64), "instruction": "检索："}
+    ).execute(dict(data))
+    assert prefixed["query_embedding"] != out["query_embedding"]
+
+
+def test_optimize_rewrites_extracts_expands_and_prefixes() -> None:
+    out = PreRetrieval(
+        {
+            "action": "optimize",
+            "operations": ["rewrite", "keywords", "expand", "instruction"],
+            "synonyms": {"护照": ["passport"]},
+            "instruction": "为这个句子生成表示以用于检索：",
+        }
+    ).execute({"question": "你还记得我的护照什么时候过期吗"})
+    assert out["original_question"] == "你还记得我的护照什么时候过期吗"
+    assert out["question"] == "我的护照什么时候过期吗"
+    assert "护照" in out["keywords"]
+    assert out["expanded_queries"] == ["我的护照什么时候过期吗", "我的passport什么时候过期吗"]
+    assert out["embedding_text"].startswith("为这个句子生成表示以用于检索：")
+
+
+def test_multi_embed_and_decompose() -> None:
+    out = PreRetrieval(
+        {
+            "action": "multi_embed",
+            "embedder": HashingEmbedder(32),
+            "views": ["full", "keywords", "last_line", "lines"],
+        }
+    ).execute({"question": "我下个月去东京。\n护照明年过期。"})
+    views = out["query_embeddings"]
+    assert set(views) == {"full", "keywords", "last_line", "lines"} and len(views["lines"]) == 2
+    assert out["query_embedding"] == views["full"]
+    parts = PreRetrieval({"action": "decompose"}).execute(
+        {"question": "我的护照什么时候过期？还有酒店订在哪里"}
+    )["sub_queries"]
+    assert parts == ["我的护照什么时候过期", "酒店订在哪里"]
+    english = PreRetrieval({"action": "decompose"}).execute(
+        {"question": "When does my passport expire and also where is the hotel?"}
+    )["sub_queries"]
+    assert english == ["When does my passport expire", "where is the hotel"]
+
+
+def test_validate() -> None:
+    ok = PreRetrieval({"action": "validate"}).execute({"question": "  护照\u3000过期  "})
+    assert ok["valid"] and ok["question"] == "护照 过期"
+    bad = PreRetrieval({"action": "validate", "max_chars": 5}).execute({"question": "x" * 6})
+    assert not bad["valid"] and bad["validation_errors"][0]["field"] == "question"
+    with pytest.raises(InvalidInputError) as caught:
+        PreRetrieval({"action": "validate", "strict": True}).execute({"question": "  "})
+    assert caught.value.field == "question"
+    with pytest.raises(InvalidInputError) as caught:
+        PreRetrieval({"action": "teleport"})
+    assert caught.value.field == "actions[0].action"
+
+
+@pytest.mark.parametrize(
+    ("question", "strategies", "params"),
+    [
+        ("昨天我们聊了什么", ["temporal_search"], {"time_range": "recent"}),
+        ("What did I say about Tokyo last week?", ["temporal_search", "deep_search"], None),
+        ("你还记得我之前说过的餐厅吗", ["deep_search"], {"candidates_multiplier": 3}),
+        ("我喜欢什么样的座位", ["persona_search"], {"include_persona": True}),
+        ("东京的天气怎么样", ["semantic_search"], {}),
+    ],
+)
+def test_keyword_routing_gives_hints_not_routes(
+    question: str, strategies: list[str], params: dict[str, Any] | None
+) -> None:
+    data = PreRetrieval({"action": "route"}).execute({"question": question})
+    hints = data["retrieval_hints"]
+    assert "retrieval_routes" not in data
+    assert hints["strategies"] == strategies and hints["route_strategy"] == "keyword"
+    if params is not None:
+        assert hints["params"] == params
+
+
+def test_classifier_routing_uses_time_expressions() -> None:
+    router = Router({"route_strategy": "classifier"})
+    assert router.route("我3月5号几点去的医院")["strategies"][0] == "temporal_search"
+    assert router.route("东京好玩吗")["strategies"] == ["semantic_search"]
+    assert "scores" in router.route("我最近喜欢什么")
+
+
+def test_old_route_key_still_loads_with_a_warning() -> None:
+    config = {
+        "action": "route",
+        "keyword_rules": [{"keywords": ["remember"], "route": "long_term", "params": {"top_k": 9}}],
+        "default_strategy": "semantic_search",
+    }
+    with pytest.warns(DeprecationWarning, match="'route' is deprecated"):
+        operator = PreRetrieval(config)
+    hints = operator.execute({"question": "Do you remember my dog?"})["retrieval_hints"]
+    assert hints["strategies"] == ["long_term"] and hints["params"] == {"top_k": 9}
+    with pytest.raises(InvalidInputError) as caught:
+        PreRetrieval({"action": "route", "keyword_rules": [{"keywords": [], "strategy": "x"}]})
+    assert caught.value.field == "keyword_rules[0].keywords"
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    replies: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        payload = json.dumps({"choices": [{"message": {"content": type(self).replies.pop(0)}}]})
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload.encode())))
+        self.end_headers()
+        self.wfile.write(payload.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_llm_variants_validate_and_fall_back() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    llm = {"base_url": f"http://127.0.0.1:{server.server_port}/v1", "model": "m"}
+    try:
+        _ChatHandler.replies = [
+            json.dumps({"strategies": ["persona_search"], "params": {"top_k": 3, "evil": 1}}),
+            json.dumps({"strategies": ["summon_service"]}),
+            json.dumps({"query": "护照过期日期"}),
+            "not json",
+            json.dumps({"sub_queries": ["护照何时过期", "酒店在哪"]}),
+        ]
+        router = PreRetrieval({"action": "route", "route_strategy": "llm", "llm": llm})
+        hints = router.execute({"question": "随便问问"})["retrieval_hints"]
+        assert hints["strategies"] == ["persona_search"] and hints["params"] == {"top_k": 3}
+        fallback = router.execute({"question": "昨天说了什么"})["retrieval_hints"]
+        assert fallback["strategies"] == ["temporal_search"] and "fallback" in fallback
+        optimize = PreRetrieval({"action": "optimize", "operations": ["rewrite"], "llm": llm})
+        assert optimize.execute({"question": "你还记得护照吗"})["question"] == "护照过期日期"
+        failed = optimize.execute({"question": "你还记得护照吗"})
+        assert failed["question"] == "护照吗" and failed["pre_retrieval_errors"]
+        decompose = PreRetrieval({"action": "decompose", "llm": llm})
+        assert decompose.execute({"question": "x"})["sub_queries"] == ["护照何时过期", "酒店在哪"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_same_query_routed_differently_reads_different_tiers(filled: Memory) -> None:
+    service = HierarchicalMemoryService(filled)
+    filters = {"conversation_id": "c"}
+    semantic = service.retrieve("护照", filters=filters)
+    temporal = service.retrieve("护照", filters=filters, hints={"strategies": ["temporal_search"]})
+    persona = service.retrieve("护照", filters=filters, hints={"strategies": ["persona_search"]})
+    assert {hit.tier for hit in semantic.hits} <= {"MTM", "LTM"}
+    assert "STM" in {hit.tier for hit in temporal.hits}
+    assert temporal.hits[0].tier in ("STM", "MTM")
+    assert persona.hits[0].tier == "LTM"
+    assert semantic.hints["tiers"] == ["MTM", "LTM"] and temporal.hints["tiers"] == ["STM", "MTM"]
+    few = service.retrieve(
+        "护照", filters=filters, hints={"strategies": ["deep_search"], "params": {"top_k": 2}}
+    )
+    assert len(few.hits) == 2 and few.hints["tiers"] == ["STM", "MTM", "LTM"]
+    # time_range: a window that ended before the conversation leaves MTM empty
+    old = service.retrieve(
+        "护照",
+        filters=filters,
+        hints={
+            "strategies": ["semantic_search"],
+            "params": {"time_range": ["2020-01-01T00:00:00Z", "2020-02-01T00:00:00Z"]},
+        },
+    )
+    assert not [hit for hit in old.hits if hit.tier == "MTM"]
+    with pytest.raises(InvalidInputError) as caught:
+        service.retrieve("护照", hints={"strategies": ["teleport"]})
+    assert caught.value.field == "hints.strategies"
+    via_search = filled.search("护照", hints={"strategies": ["persona_search"]}, filters=filters)
+    assert via_search and via_search[0].tier == "LTM"
+
+
+def test_tiers_never_return_deleted_or_other_tenant_memory(filled: Memory) -> None:
+    hints = {"strategies": ["deep_search", "persona_search", "temporal_search"]}
+    service = HierarchicalMemoryService(filled)
+    assert any(
+        "花生" in hit.text
+        for hit in service.retrieve("花生 过敏", filters={"conversation_id": "c"}, hints=hints).hits
+    )
+    other = HierarchicalMemoryService(filled.for_tenant("other"))
+    assert other.retrieve("花生 过敏", filters={"conversation_id": "c"}, hints=hints).hits == []
+    filled.delete("c", turn_range=(6, 6))
+    for _ in range(2):  # before and after the worker re-cuts the conversation
+        result = service.retrieve("花生 过敏", filters={"conversation_id": "c"}, hints=hints)
+        assert not any("花生" in hit.text for hit in result.hits), result.hits
+        filled.flush()
+
+
+def test_pipeline_from_yaml_and_toml(filled: Memory, tmp_path: Path) -> None:
+    yaml_config = """
+operators:
+  pre_retrieval:
+    actions:
+      - {action: validate}
+      - {action: optimize, operations: [rewrite, keywords]}
+      - action: route
+        route_strategy: keyword
+        keyword_rules:
+          - {keywords: ["喜欢"], strategy: persona_search, params: {top_k: 2}}
+        default_strategy: semantic_search
+      - {action: embedding}
+  memory_retrieval:
+    top_k: 5
+"""
+    data = build_pipeline(yaml_config, memory=filled).run(
+        "你还记得我喜欢什么吗", filters={"conversation_id": "c"}
+    )
+    assert data["retrieval_hints"]["strategies"] == ["persona_search"]
+    memory_data = data["memory_data"]
+    assert len(memory_data["hits"]) == 2 and memory_data["hits"][0]["tier"] == "LTM"
+    assert memory_data["hints"]["params"] == {"top_k": 2}
+    toml_path = tmp_path / "pipeline.toml"
+    toml_path.write_text(
+        '[operators.pre_retrieval]\naction = "route"\n[operators.memory_retrieval]\ntop_k = 3\n',
+        encoding="utf-8",
+    )
+    data = build_pipeline(toml_path, memory=filled).run(
+        "昨天说了什么", filters={"conversation_id": "c"}
+    )
+    assert data["memory_data"]["hints"]["strategies"] == ["temporal_search"]
+    assert len(data["memory_data"]["hits"]) == 3
