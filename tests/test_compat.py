@@ -65,6 +65,14 @@ def test_the_seed_flow(configured: None) -> None:
         "护照", top_k=3, filters={"conversation_id": "conv_abc", "speakers": "user"}
     )
     assert filtered["hits"] and filtered["top_k"] == 3
+    hinted = rag.embed_db(
+        "护照",
+        top_k=3,
+        filters={"conversation_id": "conv_abc"},
+        hints={"strategies": ["deep_search"]},
+    )
+    assert hinted["hints"] == {"strategies": ["deep_search"]}
+    assert hinted["hits"] and {hit["tier"] for hit in hinted["hits"]} <= {"STM", "MTM", "LTM"}
 
     deleted = rag.logical_delete_by_source("conv_abc", chunk_ids=[chunk["chunk_id"]])
     assert deleted == {"deleted": 1, "errors": []}

@@ -161,6 +161,21 @@ def test_confirmation_loop_over_http(server: LiveServer) -> None:
         assert client.get("/v1/notes", params={"status": "pending"}).json() == []
         hit = client.post("/v1/search", json={"query_text": "吉他"}).json()["hits"][0]
         assert hit["pending"] is False
+        tiered = client.post(
+            "/v1/search",
+            json={
+                "query_text": "吉他",
+                "filters": {"conversation_id": "c"},
+                "hints": {"strategies": ["temporal_search"], "params": {"top_k": 2}},
+            },
+        ).json()
+        assert tiered["hints"]["tiers"] == ["STM", "MTM"] and len(tiered["hits"]) == 2
+        assert "STM" in {h["tier"] for h in tiered["hits"]}
+        bad_hints = client.post(
+            "/v1/search", json={"query_text": "吉他", "hints": {"strategies": ["teleport"]}}
+        )
+        assert bad_hints.status_code == 422
+        assert bad_hints.json()["error"]["field"] == "hints.strategies"
         policy = client.put("/v1/policy", json={"rules": {"note": {"ttl_seconds": 60}}})
         assert policy.json()["rules"]["note"]["ttl_seconds"] == 60
         bad_policy = client.put("/v1/policy", json={"rules": {"nope": {}}})

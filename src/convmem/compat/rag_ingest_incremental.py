@@ -149,11 +149,19 @@ def logical_delete_by_source(
 
 
 def embed_db(
-    query_text: str, top_k: int = 6, filters: Mapping[str, Any] | None = None
+    query_text: str,
+    top_k: int = 6,
+    filters: Mapping[str, Any] | None = None,
+    *,
+    hints: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Similarity search with metadata filters; deleted chunks are always filtered out."""
-    hits = _get().search(query_text, top_k=top_k, filters=filters)
-    return {
+    """Similarity search with metadata filters; deleted chunks are always filtered out.
+
+    ``hints`` (retrieval hints from a ``route`` operator) go to the hierarchical memory
+    service; each hit then also says its ``tier``.
+    """
+    hits = _get().search(query_text, top_k=top_k, filters=filters, hints=hints)
+    result: dict[str, Any] = {
         "query_text": query_text,
         "top_k": top_k,
         "filters": dict(filters) if filters is not None else {"deleted": False},
@@ -163,10 +171,14 @@ def embed_db(
                 "score": hit.score,
                 "text": hit.text,
                 "metadata": hit.metadata,
+                **({"tier": hit.tier} if hints is not None else {}),
             }
             for hit in hits
         ],
     }
+    if hints is not None:
+        result["hints"] = dict(hints)
+    return result
 
 
 def embed_chunk(query: str) -> list[float]:

@@ -459,10 +459,17 @@ def create_app(settings: ServerSettings | None = None, *, memory: Memory | None 
         With ``hints`` (``{"strategies": [...], "params": {...}}``) the hierarchical service
         reads the tiers they ask for (STM, MTM, LTM); the hints applied are echoed.
         """
+        if body.hints is not None:
+            from convmem.retrieve import HierarchicalMemoryService
+
+            result = HierarchicalMemoryService(memory).retrieve(
+                body.query_text, hints=body.hints, filters=body.filters, top_k=body.top_k
+            )
+            return result.as_dict()
         hits = memory.search(
             body.query_text, top_k=body.top_k, filters=body.filters, mode=body.mode
         )
-        return {"hits": [hit.model_dump(mode="json") for hit in hits], "hints": body.hints}
+        return {"hits": [hit.model_dump(mode="json") for hit in hits], "hints": None}
 
     @app.post("/v1/delete")
     def delete(body: DeleteIn, memory: Caller) -> dict[str, Any]:
