@@ -29,11 +29,13 @@ from typing import Any
 from convmem import Memory
 from convmem.embed import resolve_embedder
 from convmem.governance import KeepAllMarker, RuleMarker
+from convmem.ingest import ChunkingPolicy
 from convmem.ingest.formats import locomo_conversation
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
 BUDGETS = (5, 10, 25)
 VECTOR_WEIGHT: float | None = None
+MAX_TURNS = 4
 
 
 def evidence_ids(raw: list[str]) -> set[str]:
@@ -74,6 +76,7 @@ def run_locomo(
         vector_weight=VECTOR_WEIGHT,
         marker=KeepAllMarker() if marker == "keep-all" else RuleMarker(),
         policy=policy,
+        chunking=ChunkingPolicy(max_turns=MAX_TURNS, version=MAX_TURNS),
     ) as memory:
         began = time.perf_counter()
         turn_count = 0
@@ -239,6 +242,7 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", default=["hybrid", "vector", "lexical"])
     parser.add_argument("--only", choices=["locomo", "madial-zh", "madial-en"], nargs="*")
     parser.add_argument("--vector-weight", type=float, default=None)
+    parser.add_argument("--max-turns", type=int, default=4, help="turns per LoCoMo chunk")
     parser.add_argument(
         "--marker",
         choices=["rules", "keep-all"],
@@ -247,8 +251,9 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    global VECTOR_WEIGHT
+    global VECTOR_WEIGHT, MAX_TURNS
     VECTOR_WEIGHT = args.vector_weight
+    MAX_TURNS = args.max_turns
     if not DATA.is_dir():
         print(f"evaluation data not found at {DATA}", file=sys.stderr)
         return 2
