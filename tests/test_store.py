@@ -110,3 +110,28 @@ def test_a_word_searched_before_it_exists_is_found_once_indexed(memory: Memory) 
     memory.flush()
     hits = memory.search("quokka", top_k=5, mode="lexical")
     assert hits and hits[0].metadata["conversation_id"] == "b"
+
+
+def test_lexical_index_is_rebuilt_when_the_tokenizer_changes(tmp_path: Path) -> None:
+    path = str(tmp_path / "tok.db")
+    with Memory.open(path, embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(["She painted two sunrises by the lake.", "Lovely."]))
+        memory.flush()
+        conn = memory.store._db()
+        tokens = conn.execute("SELECT tokens FROM chunks_fts").fetchall()
+        assert all("paint" in row[0].split() for row in tokens)  # stems are indexed
+        assert memory.search("paint a sunrise", top_k=1, mode="lexical")
+    conn = sqlite3.connect(path)  # an index written by tokenizer 1 (no stemming)
+    conn.execute("UPDATE chunks_fts SET tokens = 'she painted two sunrises lake'")
+    conn.execute("UPDATE meta SET value='1' WHERE key='tokenizer_version'")
+    conn.commit()
+    conn.close()
+    with Memory.open(path, embedder=HashingEmbedder(), workers=0) as memory:
+        version = (
+            memory.store._db()
+            .execute("SELECT value FROM meta WHERE key='tokenizer_version'")
+            .fetchone()
+        )
+        assert version == (str(sqlite_store.TOKENIZER_VERSION),)
+        hits = memory.search("paint a sunrise", top_k=1, mode="lexical")
+        assert hits and "painted" in hits[0].text

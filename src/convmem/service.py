@@ -537,12 +537,17 @@ class Memory:
                 decisions={seq: row.decision for seq, row in stored.items() if row.decision},
                 expired={seq for seq, row in stored.items() if row.expired},
             )
-            # Overlays from new turns that changed a turn already planned (pinned, confirmed):
-            # its unit, and so the last chunk closed before it, may change.
+            # A turn already planned whose effective mark changed (pinned or un-pinned by a
+            # new turn, confirmed, expired): its unit, and so the last chunk closed before
+            # it, may change. Turns before ``start`` are context; only overlay targets
+            # among them are derived from a complete window.
             changed = [
                 seq
-                for seq in derived.overlay_targets
-                if seq in stored and stored[seq].effective != derived.effective[seq]
+                for seq, mark in derived.effective.items()
+                if (seq >= start or seq in derived.overlay_targets)
+                and seq in stored
+                and stored[seq].effective is not None
+                and stored[seq].effective != mark
             ]
             if not changed or frontier is None:
                 break

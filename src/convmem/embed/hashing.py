@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from convmem.embed.base import Vectors, normalise_rows
-from convmem.text import tokenize
+from convmem.text import words
 
 __all__ = ["HashingEmbedder"]
 
@@ -78,7 +78,7 @@ class HashingEmbedder:
         out = np.zeros((len(texts), self._dimension), dtype=np.float32)
         for row, text in enumerate(texts):
             weights: dict[tuple[int, float], float] = {}
-            for token in tokenize(text):
+            for token in words(text):
                 for index, sign, weight in self._token_slots(token):
                     key = (index, sign)
                     weights[key] = weights.get(key, 0.0) + weight

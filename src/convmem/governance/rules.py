@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from convmem.governance.policy import GovernancePolicy, policy_key
 from convmem.governance.schema import TurnMark
-from convmem.text import is_mostly_cjk, tokenize
+from convmem.text import is_mostly_cjk, words
 from convmem.text.segment import STOPWORDS
 
 __all__ = ["CONFIRMS", "MarkTurn", "RuleMarker", "SaveIntent", "save_intent", "value_score"]
@@ -219,14 +219,14 @@ def value_score(text: str) -> float:
         rest = REACTION.sub(" ", sentence)
         about_self = bool(FIRST_PERSON.search(rest) or FIRST_PERSON_ZH.search(rest))
         disclosure += about_self
-        words = sum(
+        content_words = sum(
             1
-            for token in tokenize(TEMPORAL.sub(" ", rest))
+            for token in words(TEMPORAL.sub(" ", rest))
             if token not in STOPWORDS and token not in SMALL_TALK_WORDS and len(token) > 1
         )
-        content += words
+        content += content_words
         # a time counts when it dates something ("护照明年过期"), not in "今天天气不错"
-        if TEMPORAL.search(sentence) and (about_self or words):
+        if TEMPORAL.search(sentence) and (about_self or content_words):
             temporal += 1
     score = 0.45 * disclosure + 0.85 * temporal + 0.17 * min(content, 20)
     if OPENER.search(text):

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from convmem.ingest.ids import chunk_id
 from convmem.models import ChunkMetadata, ChunkRecord
-from convmem.text import is_mostly_cjk, keywords, tokenize
+from convmem.text import is_mostly_cjk, keywords, words
 
 __all__ = ["ChunkPlan", "ChunkTurn", "ChunkingPolicy", "plan_chunks", "render_chunk"]
 
@@ -162,7 +162,7 @@ def render_chunk(
     turns = plan.turns
     chinese = is_mostly_cjk(" ".join(turn.text for turn in turns))
     labels = ZH_ROLE_LABELS if chinese else EN_ROLE_LABELS
-    body_tokens = [token for turn in turns for token in tokenize(turn.text)]
+    body_tokens = [token for turn in turns for token in words(turn.text)]
     topics = keywords(body_tokens, limit=3)
     people = _participants(turns, chinese)
     speakers: list[str] = []

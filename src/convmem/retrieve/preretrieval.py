@@ -31,7 +31,7 @@ from convmem.embed import Embedder, resolve_embedder
 from convmem.embed.base import normalise_rows
 from convmem.errors import InvalidInputError
 from convmem.retrieve.routing import Router
-from convmem.text import clean_text, keywords, tokenize
+from convmem.text import clean_text, keywords, words
 
 __all__ = ["ACTIONS", "PreRetrieval"]
 
@@ -138,7 +138,7 @@ class PreRetrieval:
                 data["original_question"] = question
                 data["question"] = question = rewritten
         if "keywords" in operations:
-            data["keywords"] = keywords(tokenize(question), limit=int(step.get("max_keywords", 6)))
+            data["keywords"] = keywords(words(question), limit=int(step.get("max_keywords", 6)))
         if "expand" in operations:
             synonyms: Mapping[str, list[str]] = step.get("synonyms", {})
             expanded = [question]
@@ -160,7 +160,7 @@ class PreRetrieval:
             if view == "full":
                 views["full"] = question
             elif view == "keywords":
-                views["keywords"] = " ".join(keywords(tokenize(question), limit=8)) or question
+                views["keywords"] = " ".join(keywords(words(question), limit=8)) or question
             elif view == "last_line":
                 views["last_line"] = lines[-1]
             elif view == "lines":

@@ -35,6 +35,7 @@ from convmem.store.filters import FilterSpec, dumps_list, to_sql
 from convmem.store.governance import GOVERNANCE_SCHEMA, GovernanceTables, MarkWrite
 from convmem.store.keys import KEYS_SCHEMA, KeyTables
 from convmem.store.story import STORY_SCHEMA, StoryTables
+from convmem.text import TOKENIZER_VERSION, tokenize
 
 __all__ = [
     "ClaimedJob",
@@ -278,6 +279,7 @@ class SQLiteStore(GovernanceTables, KeyTables, StoryTables):
         self._term_cache: dict[str, int] = {}
         self._term_cache_time = 0.0
         self._migrate()
+        self._check_tokenizer()
 
     # -- connections -------------------------------------------------------------------
 
@@ -353,6 +355,37 @@ class SQLiteStore(GovernanceTables, KeyTables, StoryTables):
                     (str(version),),
                 )
                 logger.info("migrated %s to schema version %d", self.url, version)
+
+    def _check_tokenizer(self) -> None:
+        """Rebuild the lexical index when search tokens changed since it was written."""
+        conn = self._db()
+        row = conn.execute("SELECT value FROM meta WHERE key='tokenizer_version'").fetchone()
+        if row is not None and int(row[0]) == TOKENIZER_VERSION:
+            return
+        began = time.perf_counter()
+        with self._write() as conn:
+            rows = conn.execute(
+                "SELECT rowid, text FROM chunks WHERE deleted=0 AND text IS NOT NULL"
+            ).fetchall()
+            if rows:
+                conn.execute("DELETE FROM chunks_fts")
+                conn.executemany(
+                    "INSERT INTO chunks_fts (rowid, tokens) VALUES (?, ?)",
+                    ((rowid, " ".join(tokenize(text))) for rowid, text in rows),
+                )
+            conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('tokenizer_version', ?)",
+                (str(TOKENIZER_VERSION),),
+            )
+        self._term_cache.clear()
+        if rows:
+            logger.info(
+                "rebuilt the lexical index of %s for tokenizer %d: %d chunks in %.1fs",
+                self.url,
+                TOKENIZER_VERSION,
+                len(rows),
+                time.perf_counter() - began,
+            )
 
     # -- meta --------------------------------------------------------------------------
 
@@ -447,7 +480,7 @@ class SQLiteStore(GovernanceTables, KeyTables, StoryTables):
             new_min = min(row[2] for row in rows)
             new_max = max(row[2] for row in rows)
             state = conn.execute(
-                "SELECT frontier_end, rewind_to FROM conversations WHERE tenant=? AND conversation_id=?",
+                "SELECT last_seq, rewind_to FROM conversations WHERE tenant=? AND conversation_id=?",
                 (tenant, conversation_id),
             ).fetchone()
             if state is None:
@@ -456,8 +489,10 @@ class SQLiteStore(GovernanceTables, KeyTables, StoryTables):
                     (tenant, conversation_id, new_max),
                 )
             else:
-                frontier_end, rewind_to = state
-                late = frontier_end is not None and new_min <= frontier_end
+                last_seq, rewind_to = state
+                # A turn before the newest one is late: it can change the unit that closed a
+                # chunk already planned, so the worker re-plans from there.
+                late = last_seq is not None and new_min < last_seq
                 conn.execute(
                     "UPDATE conversations SET last_seq=max(coalesce(last_seq, -1), ?), "
                     "rewind_to=?, revision=revision + ? WHERE tenant=? AND conversation_id=?",

@@ -17,7 +17,7 @@ import httpx
 
 from convmem.errors import ConvmemError
 from convmem.story.models import CharactersConfig, ScenePlan
-from convmem.text import keywords, tokenize
+from convmem.text import keywords, words
 
 __all__ = ["LLMScenePlanner", "PlannerError", "RuleScenePlanner", "SceneNeeds", "ScenePlanner"]
 
@@ -67,7 +67,7 @@ class RuleScenePlanner:
             entities.append(scene.location)
         events = _unique([*scene.key_actions, scene.purpose])
         cast = " ".join([*_unique(names)[:3], scene.location or ""])
-        topic = " ".join(keywords(tokenize(text), limit=5))
+        topic = " ".join(keywords(words(text), limit=5))
         queries = _unique([scene.summary, *scene.key_actions, cast, topic])[:MAX_QUERIES]
         return SceneNeeds(entities=_unique(entities), events=events, queries=queries)
 

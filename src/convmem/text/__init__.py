@@ -1,6 +1,14 @@
 """Text cleaning and Chinese/English segmentation, shared by the index and the query side."""
 
 from convmem.text.clean import clean_text, is_mostly_cjk
-from convmem.text.segment import keywords, tokenize
+from convmem.text.segment import TOKENIZER_VERSION, keywords, stem, tokenize, words
 
-__all__ = ["clean_text", "is_mostly_cjk", "keywords", "tokenize"]
+__all__ = [
+    "TOKENIZER_VERSION",
+    "clean_text",
+    "is_mostly_cjk",
+    "keywords",
+    "stem",
+    "tokenize",
+    "words",
+]

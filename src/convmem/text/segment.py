@@ -19,7 +19,7 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["keywords", "tokenize"]
+__all__ = ["TOKENIZER_VERSION", "keywords", "stem", "tokenize", "words"]
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff"
 _TOKEN_RUN = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
@@ -232,6 +232,8 @@ ZH_STOPWORDS = frozenset(
     ]
 )
 STOPWORDS = EN_STOPWORDS | ZH_STOPWORDS
+# Bump when search tokens change: stores rebuild their lexical index on open.
+TOKENIZER_VERSION = 2
 # Conversational filler: searchable, but never a chunk's topic.
 KEYWORD_FILLER = frozenset(
     [
@@ -311,7 +313,7 @@ def _normalise(text: str) -> str:
 
 
 @lru_cache(maxsize=131072)
-def _tokenize_line(line: str) -> tuple[str, ...]:
+def _words_line(line: str) -> tuple[str, ...]:
     tokens: list[str] = []
     for match in _TOKEN_RUN.finditer(_normalise(line)):
         cjk, word = match.groups()
@@ -325,8 +327,41 @@ def _tokenize_line(line: str) -> tuple[str, ...]:
     return tuple(tokens)
 
 
+@lru_cache(maxsize=1)
+def _stemmer() -> Any:
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=262144)
+def stem(word: str) -> str:
+    """Snowball (Porter 2) stem of an English word; other tokens are returned unchanged."""
+    if word.isascii() and word.isalpha() and len(word) > 2:
+        return str(_stemmer().stemWord(word))
+    return word
+
+
+@lru_cache(maxsize=131072)
+def _tokenize_line(line: str) -> tuple[str, ...]:
+    return tuple(stem(token) for token in _words_line(line))
+
+
+def words(text: str) -> list[str]:
+    """Normalised words without stemming (jieba for Chinese): for keywords and features."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if line:
+            out.extend(_words_line(line))
+    return out
+
+
 def tokenize(text: str) -> list[str]:
-    """Split ``text`` into normalised search tokens (jieba for Chinese, words otherwise)."""
+    """Search tokens: :func:`words` with English words stemmed ("painted" -> "paint").
+
+    The lexical index and queries both use this; changing it means a new
+    ``TOKENIZER_VERSION`` (stores rebuild their lexical index when they open).
+    """
     out: list[str] = []
     for line in text.split("\n"):
         if line:
