@@ -132,6 +132,48 @@ def test_lexical_index_is_rebuilt_when_the_tokenizer_changes(tmp_path: Path) -> 
             .execute("SELECT value FROM meta WHERE key='tokenizer_version'")
             .fetchone()
         )
-        assert version == (str(sqlite_store.TOKENIZER_VERSION),)
+        assert version == (sqlite_store.tokenizer_signature(),)
         hits = memory.search("paint a sunrise", top_k=1, mode="lexical")
         assert hits and "painted" in hits[0].text
+
+
+def test_traditional_and_simplified_chinese_match(tmp_path: Path) -> None:
+    with Memory.open(str(tmp_path / "t.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(["我的護照明年三月過期。", "好的。"]))
+        memory.flush()
+        hits = memory.search("护照 过期", top_k=1, mode="lexical")
+        assert hits and "護照" in hits[0].text  # stored text is never rewritten
+
+
+USER_DICT_SCRIPT = r"""
+import sys
+from convmem import HashingEmbedder, Memory
+from convmem.text import tokenize
+path, dictionary = sys.argv[1], sys.argv[2]
+before = tokenize("量子猫薄荷真好用")
+with Memory.open(path, embedder=HashingEmbedder(), workers=0, user_dict=dictionary) as memory:
+    tokens = memory.store._db().execute("SELECT tokens FROM chunks_fts").fetchone()[0]
+    print("量子猫薄荷" not in before, "量子猫薄荷" in tokens.split())
+"""
+
+
+def test_a_user_dictionary_changes_tokens_and_rebuilds_the_index(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "u.db")
+    with Memory.open(path, embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(["我每天用量子猫薄荷给猫咪做玩具。", "嗯"]))
+        memory.flush()
+    dictionary = tmp_path / "words.txt"
+    dictionary.write_text("量子猫薄荷 100 n\n", encoding="utf-8")
+    script = tmp_path / "run.py"
+    script.write_text(USER_DICT_SCRIPT, encoding="utf-8")
+    # a separate process: jieba's dictionary is process-wide
+    out = subprocess.run(
+        [sys.executable, str(script), path, str(dictionary)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == ["True", "True"]

@@ -56,7 +56,7 @@ from convmem.store.sqlite import (
     worker_identity,
 )
 from convmem.story.memory import StoryMemory
-from convmem.text import clean_text, tokenize
+from convmem.text import clean_text, load_user_dict, tokenize
 
 __all__ = ["DeleteResult", "Memory", "UpsertResult"]
 
@@ -211,6 +211,7 @@ class Memory:
         marker: Marker | None = None,
         policy: GovernancePolicy | Mapping[str, Any] | str | Path | None = None,
         sweep_seconds: float = 60.0,
+        user_dict: str | Path | None = None,
     ) -> Memory:
         """Open (or create) a memory store.
 
@@ -237,12 +238,16 @@ class Memory:
                 overrides or a JSON file; tenants may override it with :meth:`set_policy`.
             sweep_seconds: how often worker threads mark expired memory (0: never; call
                 :meth:`sweep_expired`).
+            user_dict: a jieba user dictionary to load (process-wide) before opening; the
+                lexical index is rebuilt when the dictionary changes.
 
         Raises:
             EmbeddingMismatchError: the store holds vectors from another model or dimension.
         """
         _check_tenant(tenant)
         product_policy = load_policy(policy)
+        if user_dict is not None:
+            load_user_dict(user_dict)
         store = open_store(url, durability=durability)
         try:
             recorded = store.embedding_model()

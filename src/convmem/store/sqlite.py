@@ -35,7 +35,7 @@ from convmem.store.filters import FilterSpec, dumps_list, to_sql
 from convmem.store.governance import GOVERNANCE_SCHEMA, GovernanceTables, MarkWrite
 from convmem.store.keys import KEYS_SCHEMA, KeyTables
 from convmem.store.story import STORY_SCHEMA, StoryTables
-from convmem.text import TOKENIZER_VERSION, tokenize
+from convmem.text import tokenize, tokenizer_signature
 
 __all__ = [
     "ClaimedJob",
@@ -360,7 +360,8 @@ class SQLiteStore(GovernanceTables, KeyTables, StoryTables):
         """Rebuild the lexical index when search tokens changed since it was written."""
         conn = self._db()
         row = conn.execute("SELECT value FROM meta WHERE key='tokenizer_version'").fetchone()
-        if row is not None and int(row[0]) == TOKENIZER_VERSION:
+        signature = tokenizer_signature()
+        if row is not None and row[0] == signature:
             return
         began = time.perf_counter()
         with self._write() as conn:
@@ -375,14 +376,14 @@ class SQLiteStore(GovernanceTables, KeyTables, StoryTables):
                 )
             conn.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES ('tokenizer_version', ?)",
-                (str(TOKENIZER_VERSION),),
+                (signature,),
             )
         self._term_cache.clear()
         if rows:
             logger.info(
-                "rebuilt the lexical index of %s for tokenizer %d: %d chunks in %.1fs",
+                "rebuilt the lexical index of %s for tokenizer %s: %d chunks in %.1fs",
                 self.url,
-                TOKENIZER_VERSION,
+                signature,
                 len(rows),
                 time.perf_counter() - began,
             )

@@ -10,6 +10,7 @@ is segmented once.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import re
@@ -17,9 +18,19 @@ import threading
 import unicodedata
 from collections import Counter
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-__all__ = ["TOKENIZER_VERSION", "keywords", "stem", "tokenize", "words"]
+__all__ = [
+    "TOKENIZER_VERSION",
+    "fold",
+    "keywords",
+    "load_user_dict",
+    "stem",
+    "tokenize",
+    "tokenizer_signature",
+    "words",
+]
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff"
 _TOKEN_RUN = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
@@ -233,7 +244,7 @@ ZH_STOPWORDS = frozenset(
 )
 STOPWORDS = EN_STOPWORDS | ZH_STOPWORDS
 # Bump when search tokens change: stores rebuild their lexical index on open.
-TOKENIZER_VERSION = 2
+TOKENIZER_VERSION = 3
 # Conversational filler: searchable, but never a chunk's topic.
 KEYWORD_FILLER = frozenset(
     [
@@ -342,9 +353,54 @@ def stem(word: str) -> str:
     return word
 
 
+@lru_cache(maxsize=1)
+def _t2s_table() -> dict[int, str]:
+    """Traditional -> simplified characters, from OpenCC's TSCharacters (first choice)."""
+    import opencc
+
+    path = Path(opencc.__file__).parent / "dictionary" / "TSCharacters.txt"
+    table: dict[int, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        parts = line.split("\t")
+        if len(parts) == 2 and len(parts[0]) == 1:
+            target = parts[1].split(" ")[0]
+            if len(target) == 1 and target != parts[0]:
+                table[ord(parts[0])] = target
+    return table
+
+
+def fold(text: str) -> str:
+    """Fold traditional Chinese characters to simplified (character by character)."""
+    return text.translate(_t2s_table())
+
+
 @lru_cache(maxsize=131072)
 def _tokenize_line(line: str) -> tuple[str, ...]:
-    return tuple(stem(token) for token in _words_line(line))
+    return tuple(stem(token) for token in _words_line(fold(line)))
+
+
+_user_dict_digest = ""
+
+
+def load_user_dict(path: str | Path) -> None:
+    """Add a jieba user dictionary (one word per line: ``word [freq] [tag]``) process-wide.
+
+    Search tokens change, so stores opened afterwards rebuild their lexical index (the
+    dictionary's digest is part of :func:`tokenizer_signature`).
+    """
+    global _user_dict_digest
+    data = Path(path).read_bytes()
+    _jieba().load_userdict(str(path))
+    _words_line.cache_clear()
+    _tokenize_line.cache_clear()
+    _user_dict_digest = hashlib.sha256(data + _user_dict_digest.encode()).hexdigest()[:16]
+
+
+def tokenizer_signature() -> str:
+    """What the lexical index depends on: the tokenizer version and any user dictionary."""
+    return (
+        f"{TOKENIZER_VERSION}:{_user_dict_digest}" if _user_dict_digest else str(TOKENIZER_VERSION)
+    )
 
 
 def words(text: str) -> list[str]:
