@@ -13,7 +13,11 @@ __all__ = ["ChatClient", "ChatError"]
 
 
 class ChatError(ConvmemError):
-    """The endpoint failed or did not answer the JSON asked for."""
+    """The endpoint failed (``kind="unavailable"``) or did not answer JSON (``"bad_json"``)."""
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class ChatClient:
@@ -36,18 +40,35 @@ class ChatClient:
         self.model = model
 
     def json(self, system: str, user: str) -> Any:
+        return self.json_messages(
+            [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        )
+
+    def json_messages(self, messages: list[dict[str, str]]) -> Any:
         body = {
             "model": self.model,
             "temperature": 0,
             "response_format": {"type": "json_object"},
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "messages": messages,
         }
         try:
             response = self._client.post("/chat/completions", json=body)
-            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ChatError(
+                f"chat endpoint {self.base_url} failed: {exc}", kind="unavailable"
+            ) from exc
+        if response.status_code != 200:
+            raise ChatError(
+                f"chat endpoint {self.base_url} answered {response.status_code}: "
+                f"{response.text[:200]}",
+                kind="unavailable",
+            )
+        try:
             return json.loads(response.json()["choices"][0]["message"]["content"])
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ChatError(f"chat endpoint {self.base_url} failed: {exc}") from exc
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ChatError(
+                f"chat endpoint {self.base_url} did not answer JSON: {exc}", kind="bad_json"
+            ) from None
 
     def close(self) -> None:
         self._client.close()

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from convmem.chat import ChatClient, ChatError
 from convmem.errors import MarkingError
 from convmem.governance.policy import GovernancePolicy, policy_key
 from convmem.governance.rules import MarkTurn
@@ -102,9 +103,8 @@ class LLMMarker:
         context_turns: int = 4,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        self._chat = ChatClient(
+            base_url, model, api_key=api_key, timeout=timeout, transport=transport
         )
         self._base_url = base_url
         self.model = model
@@ -121,35 +121,17 @@ class LLMMarker:
             return []
         policy = policy or GovernancePolicy()
         messages = build_prompt(turns, list(context)[-self.context_turns :], policy)
-        body = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": 0,
-            "response_format": {"type": "json_object"},
-        }
         try:
-            response = self._client.post("/chat/completions", json=body)
-        except httpx.HTTPError as exc:
+            payload = self._chat.json_messages(messages)
+        except ChatError as exc:
+            code = "marker_bad_json" if exc.kind == "bad_json" else "marker_unavailable"
+            raise MarkingError(f"marking endpoint {self._base_url}: {exc}", code=code) from None
+        raw = payload.get("marks") if isinstance(payload, dict) else payload
+        if not isinstance(raw, list):
             raise MarkingError(
-                f"marking endpoint {self._base_url} failed: {exc}", code="marker_unavailable"
-            ) from exc
-        if response.status_code != 200:
-            raise MarkingError(
-                f"marking endpoint {self._base_url} answered {response.status_code}: "
-                f"{response.text[:200]}",
-                code="marker_unavailable",
-            )
-        try:
-            content = response.json()["choices"][0]["message"]["content"]
-            payload = json.loads(content)
-            raw = payload["marks"] if isinstance(payload, dict) else payload
-            if not isinstance(raw, list):
-                raise TypeError("'marks' is not a list")
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise MarkingError(
-                f"marking endpoint {self._base_url} did not return JSON marks: {exc}",
+                f"marking endpoint {self._base_url} did not return JSON marks: no 'marks' list",
                 code="marker_bad_json",
-            ) from None
+            )
         marks, errors = parse_marks(turns, raw, require_all=True)
         if errors:
             shown = "; ".join(f"{e.code} at {e.field}: {e.message}" for e in errors[:5])
@@ -181,4 +163,4 @@ class LLMMarker:
         )
 
     def close(self) -> None:
-        self._client.close()
+        self._chat.close()

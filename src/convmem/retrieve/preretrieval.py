@@ -129,7 +129,7 @@ class PreRetrieval:
                     if isinstance(query, str) and query.strip():
                         rewritten = query.strip()
                     else:
-                        raise ChatError(f"no 'query' string in {answer!r}"[:200])
+                        raise ChatError(f"no 'query' string in {answer!r}"[:200], kind="bad_json")
                 except ChatError as exc:
                     data.setdefault("pre_retrieval_errors", []).append(f"optimize: {exc}")
             if rewritten is None:
@@ -203,7 +203,7 @@ class PreRetrieval:
                     or not got
                     or not all(isinstance(p, str) and p.strip() for p in got)
                 ):
-                    raise ChatError(f"no 'sub_queries' list in {answer!r}"[:200])
+                    raise ChatError(f"no 'sub_queries' list in {answer!r}"[:200], kind="bad_json")
                 parts = [p.strip() for p in got]
             except ChatError as exc:
                 data.setdefault("pre_retrieval_errors", []).append(f"decompose: {exc}")

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from convmem.chat import ChatClient, ChatError
 from convmem.errors import ConvmemError
 from convmem.story.models import CharactersConfig, ScenePlan
 from convmem.text import keywords, words
@@ -84,9 +85,8 @@ class LLMScenePlanner:
         timeout: float = 60.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        self._chat = ChatClient(
+            base_url, model, api_key=api_key, timeout=timeout, transport=transport
         )
         self.model = model
         self.name = f"llm:{model}"
@@ -102,17 +102,9 @@ class LLMScenePlanner:
             {"scene_plan": scene.model_dump(), "characters": characters.model_dump()},
             ensure_ascii=False,
         )
-        body = {
-            "model": self.model,
-            "temperature": 0,
-            "response_format": {"type": "json_object"},
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-        }
         try:
-            response = self._client.post("/chat/completions", json=body)
-            response.raise_for_status()
-            payload: Any = json.loads(response.json()["choices"][0]["message"]["content"])
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            payload: Any = self._chat.json(system, user)
+        except ChatError as exc:
             raise PlannerError(f"scene planner endpoint failed: {exc}") from exc
         lists = {}
         for key in ("entities", "events", "queries"):
@@ -131,4 +123,4 @@ class LLMScenePlanner:
         )
 
     def close(self) -> None:
-        self._client.close()
+        self._chat.close()
