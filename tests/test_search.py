@@ -412,3 +412,26 @@ def test_search_modes_and_precomputed_vectors(trip: Memory) -> None:
     assert caught.value.field == "query_vector"
     with pytest.raises(InvalidInputError):
         trip.search("吉他", mode="fuzzy")
+
+
+def test_overlapping_chunks_are_not_repeated(memory: Memory) -> None:
+    def record(chunk_id: str, start: int, end: int, text: str) -> dict[str, Any]:
+        return {
+            "chunk_id": chunk_id,
+            "text": text,
+            "metadata": {"conversation_id": "c", "turn_range": [start, end]},
+        }
+
+    memory.upsert_chunks(
+        [
+            record("wide", 0, 3, "护照 过期 换发 护照 过期 出入境"),
+            record("inside", 1, 3, "护照 过期 换发 护照 出入境"),
+            record("elsewhere", 10, 12, "护照 过期 办理"),
+        ]
+    )
+    ranked = [hit.chunk_id for hit in memory.search("护照 过期 换发", top_k=3, mode="lexical")]
+    assert ranked[:2] == ["wide", "elsewhere"] and ranked[2] == "inside"
+    assert [hit.chunk_id for hit in memory.search("护照 过期 换发", top_k=2, mode="lexical")] == [
+        "wide",
+        "elsewhere",
+    ]

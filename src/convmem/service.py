@@ -762,8 +762,8 @@ class Memory:
         if mode != "vector":
             lexical = self._engine.store.lexical(self._tenant, spec, tokenize(query), pool)
             rankings.append((1.0, lexical))
-        fused = _rrf(rankings)[:top_k]
-        rows = self._engine.store.load_rows(self._tenant, [rowid for rowid, _ in fused])
+        window = _rrf(rankings)[: top_k * 2 + 10]
+        rows = self._engine.store.load_rows(self._tenant, [rowid for rowid, _ in window])
         hits = [
             Hit(
                 chunk_id=rows[rowid][0],
@@ -772,8 +772,7 @@ class Memory:
                 metadata=rows[rowid][2],
                 pending=bool(rows[rowid][2].get("requires_confirmation")),
             )
-            for rowid, score in fused
-            if rowid in rows
+            for rowid, score in _diverse(window, rows, top_k)
         ]
         self._engine.metrics.search_latency.observe(time.perf_counter() - began)
         return hits
@@ -1220,6 +1219,38 @@ def _govern(record: ChunkRecord, seqs: Sequence[int], derived: Derived) -> Chunk
         }
     )
     return record.model_copy(update={"metadata": meta})
+
+
+def _turns_of(metadata: Mapping[str, Any]) -> set[int] | None:
+    seqs = metadata.get("turn_seqs")
+    if seqs:
+        return set(seqs)
+    start, end = metadata.get("turn_range", (0, 0))
+    return set(range(start, end + 1)) if end - start <= 64 else None
+
+
+def _diverse(
+    ranked: Sequence[tuple[int, float]], rows: Mapping[int, Any], top_k: int
+) -> list[tuple[int, float]]:
+    """Rank order, but a hit whose turns are mostly (2/3) in higher hits of the same
+    conversation waits until nothing else is left: overlapping chunks are not repeated."""
+    chosen: list[tuple[int, float]] = []
+    later: list[tuple[int, float]] = []
+    covered: dict[str, set[int]] = {}
+    for rowid, score in ranked:
+        if rowid not in rows:
+            continue
+        metadata = rows[rowid][2]
+        seqs = _turns_of(metadata)
+        seen = covered.setdefault(str(metadata.get("conversation_id")), set())
+        if seqs and len(seqs & seen) * 3 >= len(seqs) * 2:
+            later.append((rowid, score))
+            continue
+        chosen.append((rowid, score))
+        seen.update(seqs or ())
+        if len(chosen) == top_k:
+            return chosen
+    return (chosen + later)[:top_k]
 
 
 def _rrf(rankings: Sequence[tuple[float, Sequence[tuple[int, float]]]]) -> list[tuple[int, float]]:
