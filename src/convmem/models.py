@@ -27,6 +27,7 @@ from pydantic import (
 from convmem.errors import InvalidInputError
 
 __all__ = [
+    "MAX_SEQ",
     "ROLES",
     "AddTurnsReceipt",
     "ChunkMetadata",
@@ -45,7 +46,7 @@ ROLES: tuple[str, ...] = ("user", "assistant", "tool", "system")
 
 _STRING_ID = re.compile(r"^(?:[^\d]*?)(\d+)$")
 MAX_ID_LENGTH = 200
-MAX_SEQ = 2**62  # sequence numbers are SQLite (64-bit) integers
+MAX_SEQ = 2**62  # sequence numbers and other stored integers fit SQLite's 64 bits
 
 
 def turn_sequence(turn_id: int | str) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,7 +32,9 @@ from convmem.governance import (
     Marker,
     MarkTurn,
     Note,
+    NoteDraft,
     PinIntent,
+    PinRecord,
     RuleMarker,
     StoredMark,
     StoredPin,
@@ -43,7 +45,15 @@ from convmem.governance import (
 )
 from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
 from convmem.metrics import Counter, Histogram
-from convmem.models import AddTurnsReceipt, ChunkRecord, FlushResult, Hit, JobInfo, parse_turns
+from convmem.models import (
+    MAX_SEQ,
+    AddTurnsReceipt,
+    ChunkRecord,
+    FlushResult,
+    Hit,
+    JobInfo,
+    parse_turns,
+)
 from convmem.store import SQLiteStore, open_store, parse_filters
 from convmem.store.ann import AnnIndex
 from convmem.store.governance import MarkRow, MarkWrite
@@ -56,6 +66,9 @@ from convmem.store.sqlite import (
     worker_identity,
 )
 from convmem.story.memory import StoryMemory
+
+if TYPE_CHECKING:
+    from convmem.retrieve import RetrievalResult
 from convmem.text import clean_text, load_user_dict, tokenize
 
 __all__ = ["DeleteResult", "Memory", "UpsertResult"]
@@ -153,7 +166,7 @@ def _check_range(turn_range: Any) -> tuple[int, int]:
         or any(isinstance(v, bool) or not isinstance(v, int) for v in turn_range)
         or turn_range[0] < 0
         or turn_range[1] < turn_range[0]
-        or turn_range[1] > 2**62
+        or turn_range[1] > MAX_SEQ
     ):
         raise InvalidInputError(
             f"turn_range must be [start, end] with integers 0 <= start <= end <= 2**62, "
@@ -716,15 +729,9 @@ class Memory:
                 "query_text is empty; send the question to search for", field="query_text"
             )
         if hints is not None:
-            from convmem.retrieve import HierarchicalMemoryService
-
-            return (
-                HierarchicalMemoryService(self)
-                .retrieve(
-                    query_text, vector=query_vector, hints=hints, filters=filters, top_k=top_k
-                )
-                .hits
-            )
+            return self.retrieve(
+                query_text, hints, filters=filters, top_k=top_k, query_vector=query_vector
+            ).hits
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
             raise InvalidInputError(
                 f"top_k must be an integer in 1..1000, got {top_k!r}", field="top_k"
@@ -776,6 +783,22 @@ class Memory:
         ]
         self._engine.metrics.search_latency.observe(time.perf_counter() - began)
         return hits
+
+    def retrieve(
+        self,
+        query_text: str,
+        hints: Mapping[str, Any] | None,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        top_k: int = 6,
+        query_vector: Sequence[float] | None = None,
+    ) -> RetrievalResult:
+        """Search the tiers the hints ask for; the result also echoes the hints applied."""
+        from convmem.retrieve import HierarchicalMemoryService
+
+        return HierarchicalMemoryService(self).retrieve(
+            query_text, vector=query_vector, hints=hints, filters=filters, top_k=top_k
+        )
 
     def _vector_candidates(
         self, spec: Any, vector: np.ndarray, pool: int
@@ -1160,8 +1183,8 @@ class _Prepared:
     indexed_seq: int | None
     marks_from: int | None = None
     marks: list[MarkWrite] = field(default_factory=list)
-    pins: list[Any] = field(default_factory=list)
-    notes: list[Any] = field(default_factory=list)
+    pins: list[PinRecord] = field(default_factory=list)
+    notes: list[NoteDraft] = field(default_factory=list)
     vectors: list[Any] = field(default_factory=list)
     chunks: list[IndexedChunk] = field(default_factory=list)
 

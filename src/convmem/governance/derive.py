@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from convmem.governance.policy import GovernancePolicy
-from convmem.governance.rules import CONFIRMS, MarkTurn, save_intent
+from convmem.governance.rules import CONFIRMS, MarkTurn, SaveIntent, save_intent
 from convmem.governance.schema import EVIDENCE_ORDER, PinIntent, TurnMark
 
 __all__ = ["Decision", "Derived", "NoteDraft", "PinRecord", "derive", "note_id", "pin_id"]
@@ -79,6 +79,7 @@ class NoteDraft:
     source_turn_ids: tuple[int | str, ...]
     requires_confirmation: bool
     status: str
+    origin_seq: int  # the turn that produced it: its source turn, or the pin's trigger
     pin_id: str | None = None
 
 
@@ -104,12 +105,13 @@ def _pin_for(
     conversation_id: str,
     position: int,
     turns: Sequence[MarkTurn],
+    intents: Sequence[SaveIntent | None],
     policy: GovernancePolicy,
     pin_status: Mapping[str, Decision],
 ) -> PinRecord | None:
     trigger = turns[position]
-    intent = save_intent(trigger.text)
-    if trigger.role != "user" or intent is None:
+    intent = intents[position]
+    if intent is None:
         return None
     k = policy.pin_window
     ambiguous = False
@@ -117,8 +119,9 @@ def _pin_for(
         targets = [trigger]
     else:
         prior: list[MarkTurn] = []
-        for turn in reversed(turns[:position]):
-            if turn.role == "user" and save_intent(turn.text) is not None:
+        for before in range(position - 1, -1, -1):
+            turn = turns[before]
+            if intents[before] is not None:
                 break  # the previous save request owns what came before it
             prior.append(turn)
             if len(prior) >= 2 * k:
@@ -245,8 +248,9 @@ def derive(
         )
         if turn.seq >= new_from:
             out.overlay_targets.add(previous.seq)
+    intents = [save_intent(turn.text) if turn.role == "user" else None for turn in turns]
     for position, turn in enumerate(turns):
-        pin = _pin_for(conversation_id, position, turns, policy, pin_status)
+        pin = _pin_for(conversation_id, position, turns, intents, policy, pin_status)
         if pin is None:
             continue
         if turn.seq >= new_from:
@@ -323,6 +327,7 @@ def _notes(
                 source_turn_ids=(turn.turn_id,),
                 requires_confirmation=mark.requires_confirmation,
                 status=status,
+                origin_seq=turn.seq,
             )
         )
     rule = policy.rule("pinned")
@@ -357,6 +362,7 @@ def _notes(
                 source_turn_ids=tuple(pin.intent.target_turn_ids),
                 requires_confirmation=pin.intent.requires_confirmation,
                 status=pin.status,
+                origin_seq=pin.trigger_seq,
                 pin_id=pin.intent.pin_id,
             )
         )

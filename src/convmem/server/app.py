@@ -34,6 +34,7 @@ from convmem.errors import (
     TurnConflictError,
 )
 from convmem.metrics import Histogram
+from convmem.models import MAX_SEQ
 from convmem.server.metrics import render_prometheus
 from convmem.service import Memory
 from convmem.story import (
@@ -282,7 +283,7 @@ class KeyIn(_Strict):
 
 
 Metrics = dict[tuple[str, str], Histogram]
-JobId = Annotated[int, Path(ge=1, le=2**62)]
+JobId = Annotated[int, Path(ge=1, le=MAX_SEQ)]
 
 
 def create_app(settings: ServerSettings | None = None, *, memory: Memory | None = None) -> FastAPI:
@@ -460,10 +461,8 @@ def create_app(settings: ServerSettings | None = None, *, memory: Memory | None 
         reads the tiers they ask for (STM, MTM, LTM); the hints applied are echoed.
         """
         if body.hints is not None:
-            from convmem.retrieve import HierarchicalMemoryService
-
-            result = HierarchicalMemoryService(memory).retrieve(
-                body.query_text, hints=body.hints, filters=body.filters, top_k=body.top_k
+            result = memory.retrieve(
+                body.query_text, body.hints, filters=body.filters, top_k=body.top_k
             )
             return result.as_dict()
         hits = memory.search(

@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from convmem.errors import FilterError
+from convmem.models import MAX_SEQ
 
 __all__ = ["Condition", "FilterSpec", "matches", "parse_filters", "to_sql"]
 
@@ -100,11 +101,8 @@ def _string(field: str, value: Any) -> str:
     return value
 
 
-MAX_INT = 2**62  # SQLite integers are 64-bit
-
-
 def _int(field: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_INT:
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_SEQ:
         raise FilterError(
             f"filter {field} expects an integer within ±2**62, got {_describe(value)}",
             field=f"filters.{field}",
@@ -116,7 +114,7 @@ def _number(field: str, value: Any) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or (isinstance(value, int) and abs(value) > MAX_INT)
+        or (isinstance(value, int) and abs(value) > MAX_SEQ)
         or not math.isfinite(value)
     ):
         raise FilterError(

@@ -102,12 +102,9 @@ NOTE_COLUMNS = (
 
 @dataclass(frozen=True)
 class MarkRow:
-    seq: int
-    turn_id: str
     marker: str
     base: TurnMark
     effective: TurnMark | None
-    expires_at: float | None
     expired: bool
     decision: Decision | None
 
@@ -152,21 +149,18 @@ class GovernanceTables:
 
     def load_marks(self, tenant: str, conversation_id: str, from_seq: int) -> dict[int, MarkRow]:
         rows = self._db().execute(
-            "SELECT seq, turn_id, marker, base, effective, expires_at, expired, decision, "
-            "decision_evidence FROM marks WHERE tenant=? AND conversation_id=? AND seq >= ?",
+            "SELECT seq, marker, base, effective, expired, decision, decision_evidence "
+            "FROM marks WHERE tenant=? AND conversation_id=? AND seq >= ?",
             (tenant, conversation_id, from_seq),
         )
         out: dict[int, MarkRow] = {}
         for row in rows:
             out[row[0]] = MarkRow(
-                seq=row[0],
-                turn_id=row[1],
-                marker=row[2],
-                base=TurnMark.model_validate_json(row[3]),
-                effective=TurnMark.model_validate_json(row[4]) if row[4] else None,
-                expires_at=row[5],
-                expired=bool(row[6]),
-                decision=Decision(row[7], row[8]) if row[7] else None,
+                marker=row[1],
+                base=TurnMark.model_validate_json(row[2]),
+                effective=TurnMark.model_validate_json(row[3]) if row[3] else None,
+                expired=bool(row[4]),
+                decision=Decision(row[5], row[6]) if row[5] else None,
             )
         return out
 
@@ -249,7 +243,6 @@ class GovernanceTables:
             if old not in new_notes:
                 conn.execute("DELETE FROM notes WHERE tenant=? AND note_id=?", (tenant, old))
         for note in notes:
-            origin = note.source_seqs[-1] if note.pin_id is None else max(note.source_seqs)
             conn.execute(
                 "INSERT INTO notes (tenant, note_id, conversation_id, kind, category, subtype, "
                 "evidence_level, importance, ttl_seconds, forget_policy, expires_at, text, "
@@ -285,7 +278,7 @@ class GovernanceTables:
                     json.dumps(list(note.source_turn_ids), ensure_ascii=False),
                     min(note.source_seqs),
                     max(note.source_seqs),
-                    origin if note.pin_id is None else _pin_origin(pins, note.pin_id, origin),
+                    note.origin_seq,
                     1 if note.requires_confirmation else 0,
                     note.status,
                     note.pin_id,
@@ -516,10 +509,3 @@ class GovernanceTables:
             "(expires_at IS NOT NULL AND expires_at <= ?)",
             (time.time(),),
         ).rowcount
-
-
-def _pin_origin(pins: Sequence[PinRecord], pid: str, default: int) -> int:
-    for pin in pins:
-        if pin.intent.pin_id == pid:
-            return pin.trigger_seq
-    return default

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 POSITION_SCALE = 100_000
+_Item = TypeVar("_Item", StoryMemoryChunk, EntityStateSnapshot)
 
 
 def story_position(chapter_index: int, scene_index: int) -> int:
@@ -72,41 +73,50 @@ class StoryMemory:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def add_memory_chunks(self, chunks: Sequence[StoryMemoryChunk | dict[str, Any]]) -> list[str]:
-        """Embed and store story chunks (same id overwrites); returns their ids.
+    def _parse(self, model: type[_Item], items: Sequence[Any], name: str) -> list[_Item]:
+        """Validate items of this project, reporting every problem as ``name[i].field``.
 
         Raises:
-            InvalidInputError: a chunk is invalid or names another project; nothing stored.
+            InvalidInputError: any item is invalid or names another project; nothing stored.
         """
-        parsed: list[StoryMemoryChunk] = []
+        parsed: list[_Item] = []
         problems: list[dict[str, Any]] = []
-        for index, raw in enumerate(chunks):
+        for index, raw in enumerate(items):
             try:
-                chunk = (
+                item = (
                     raw
-                    if isinstance(raw, StoryMemoryChunk)
-                    else StoryMemoryChunk.model_validate({"project_id": self.project_id, **raw})
+                    if isinstance(raw, model)
+                    else model.model_validate({"project_id": self.project_id, **raw})
                 )
             except ValidationError as exc:
                 for err in exc.errors():
                     loc = ".".join(str(p) for p in err["loc"])
-                    problems.append({"field": f"chunks[{index}].{loc}", "message": err["msg"]})
+                    problems.append({"field": f"{name}[{index}].{loc}", "message": err["msg"]})
                 continue
-            if chunk.project_id != self.project_id:
+            if item.project_id != self.project_id:
                 problems.append(
                     {
-                        "field": f"chunks[{index}].project_id",
-                        "message": f"belongs to {chunk.project_id!r}, not {self.project_id!r}",
+                        "field": f"{name}[{index}].project_id",
+                        "message": f"belongs to {item.project_id!r}, not {self.project_id!r}",
                     }
                 )
                 continue
-            parsed.append(chunk)
+            parsed.append(item)
         if problems:
             raise InvalidInputError(
                 f"{problems[0]['field']}: {problems[0]['message']}",
                 field=problems[0]["field"],
                 errors=problems,
             )
+        return parsed
+
+    def add_memory_chunks(self, chunks: Sequence[StoryMemoryChunk | dict[str, Any]]) -> list[str]:
+        """Embed and store story chunks (same id overwrites); returns their ids.
+
+        Raises:
+            InvalidInputError: a chunk is invalid or names another project; nothing stored.
+        """
+        parsed = self._parse(StoryMemoryChunk, chunks, "chunks")
         records = []
         for chunk in parsed:
             chunk_id = chunk.chunk_id or story_chunk_id(chunk)
@@ -134,24 +144,10 @@ class StoryMemory:
 
     def add_entity_state(self, *snapshots: EntityStateSnapshot | dict[str, Any]) -> int:
         """Store entity state snapshots of this project (same entity, point, version overwrite)."""
-        rows = []
-        for index, raw in enumerate(snapshots):
-            try:
-                snapshot = (
-                    raw
-                    if isinstance(raw, EntityStateSnapshot)
-                    else EntityStateSnapshot.model_validate({"project_id": self.project_id, **raw})
-                )
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                field = f"states[{index}]." + ".".join(str(p) for p in err["loc"])
-                raise InvalidInputError(f"{field}: {err['msg']}", field=field) from None
-            if snapshot.project_id != self.project_id:
-                raise InvalidInputError(
-                    f"states[{index}] belongs to {snapshot.project_id!r}, not {self.project_id!r}",
-                    field=f"states[{index}].project_id",
-                )
-            rows.append(snapshot.model_dump())
+        rows = [
+            snapshot.model_dump()
+            for snapshot in self._parse(EntityStateSnapshot, snapshots, "states")
+        ]
         return self._memory.store.put_entity_states(self._memory.tenant, rows)
 
     # -- tools ----------------------------------------------------------------------------
