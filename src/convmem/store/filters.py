@@ -267,8 +267,12 @@ def parse_filters(filters: Mapping[str, Any] | None, *, tenant: str) -> FilterSp
     return FilterSpec(tuple(conditions))
 
 
-def to_sql(spec: FilterSpec) -> tuple[str, list[Any]]:
-    """Compile to a SQLite ``AND`` clause over the ``chunks`` table aliased ``c``."""
+def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]]:
+    """Compile to an ``AND`` clause over the ``chunks`` table aliased ``c``.
+
+    ``dialect`` is ``"sqlite"`` (array columns are JSON text) or ``"postgres"`` (array
+    columns are ``jsonb``); both take ``?`` parameters.
+    """
     clauses: list[str] = []
     params: list[Any] = []
     for cond in spec.conditions:
@@ -286,10 +290,15 @@ def to_sql(spec: FilterSpec) -> tuple[str, list[Any]]:
                 params.extend(value)
         elif field in ARRAY_FIELDS:
             column = ARRAY_FIELDS[field]
-            member = f"EXISTS (SELECT 1 FROM json_each({column}) j WHERE j.value = ?)"
-            joiner = " OR " if op == "$contains_any" else " AND "
-            clauses.append("(" + joiner.join([member] * len(value)) + ")")
-            params.extend(value)
+            if dialect == "postgres":
+                test = "jsonb_exists_any" if op == "$contains_any" else "jsonb_exists_all"
+                clauses.append(f"{test}({column}, CAST(? AS text[]))")
+                params.append(list(value))
+            else:
+                member = f"EXISTS (SELECT 1 FROM json_each({column}) j WHERE j.value = ?)"
+                joiner = " OR " if op == "$contains_any" else " AND "
+                clauses.append("(" + joiner.join([member] * len(value)) + ")")
+                params.extend(value)
         elif field in BOOL_FIELDS:
             clauses.append(f"{BOOL_FIELDS[field]} = ?")
             params.append(1 if value else 0)

@@ -1,4 +1,4 @@
-"""Governance tables of the SQLite store: marks, pins, notes, tenant policies.
+"""Governance tables of the store: marks, pins, notes, tenant policies.
 
 Marks keep the marker's *base* label of each turn (never rewritten) and the *effective*
 label after pins, user decisions and expiry. Pins and notes are derived from marks by the
@@ -10,16 +10,15 @@ and notes that came from them.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from convmem.errors import InvalidInputError, NotFoundError
 from convmem.governance import Decision, Note, NoteDraft, PinRecord, TurnMark
+from convmem.store.dbapi import Connection, StoreConnections
 
 __all__ = ["GovernanceTables", "MarkRow", "MarkWrite"]
 
@@ -136,14 +135,8 @@ def _note(row: Sequence[Any]) -> Note:
     return Note.model_validate(data)
 
 
-class GovernanceTables:
-    """Mixin for :class:`~convmem.store.sqlite.SQLiteStore` (uses its connection helpers)."""
-
-    def _db(self) -> sqlite3.Connection:
-        raise NotImplementedError
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
+class GovernanceTables(StoreConnections):
+    """Mixin for :class:`~convmem.store.base.SQLStore` (uses its connection helpers)."""
 
     # -- reads used by the worker ---------------------------------------------------------
 
@@ -175,7 +168,7 @@ class GovernanceTables:
 
     def _write_governance(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         tenant: str,
         conversation_id: str,
         *,
@@ -289,7 +282,7 @@ class GovernanceTables:
 
     def _cascade_delete(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         tenant: str,
         conversation_id: str,
         start: int,
@@ -387,6 +380,7 @@ class GovernanceTables:
         now = time.time()
         with self._write() as conn:
             note = self.note(tenant, note_id, now=now)
+            self._lock_conversation(conn, tenant, note.conversation_id)
             sources: list[int] = json.loads(
                 conn.execute(
                     "SELECT source_seqs FROM notes WHERE tenant=? AND note_id=?", (tenant, note_id)
@@ -416,9 +410,10 @@ class GovernanceTables:
         return self.note(tenant, note_id), job_id
 
     def _rewind(
-        self, conn: sqlite3.Connection, tenant: str, conversation_id: str, seq: int, now: float
+        self, conn: Connection, tenant: str, conversation_id: str, seq: int, now: float
     ) -> int | None:
         """Queue a conversation to re-plan its chunks from ``seq``."""
+        self._lock_conversation(conn, tenant, conversation_id)
         state = conn.execute(
             "SELECT rewind_to, last_seq FROM conversations WHERE tenant=? AND conversation_id=?",
             (tenant, conversation_id),
@@ -431,11 +426,13 @@ class GovernanceTables:
             "conversation_id=?",
             (rewind, tenant, conversation_id),
         )
-        return conn.execute(
+        row = conn.execute(
             "INSERT INTO jobs (tenant, conversation_id, min_seq, max_seq, status, "
-            "next_retry_at, created_at, updated_at) VALUES (?,?,?,?,'pending',?,?,?)",
+            "next_retry_at, created_at, updated_at) VALUES (?,?,?,?,'pending',?,?,?) "
+            "RETURNING job_id",
             (tenant, conversation_id, seq, max(seq, state[1] or seq), now, now, now),
-        ).lastrowid
+        ).fetchone()
+        return int(row[0])
 
     # -- marks and pins API ---------------------------------------------------------------
 
@@ -470,7 +467,7 @@ class GovernanceTables:
             due = conn.execute(
                 "SELECT tenant, conversation_id, min(seq), count(*) FROM marks WHERE "
                 "expires_at IS NOT NULL AND expires_at <= ? AND expired=0 GROUP BY tenant, "
-                "conversation_id",
+                "conversation_id ORDER BY tenant, conversation_id",
                 (now,),
             ).fetchall()
             conn.execute(
@@ -499,11 +496,12 @@ class GovernanceTables:
             if not isinstance(policy, Mapping):
                 raise InvalidInputError("policy must be a JSON object", field="policy")
             conn.execute(
-                "INSERT OR REPLACE INTO policies (tenant, policy, updated_at) VALUES (?,?,?)",
+                "INSERT INTO policies (tenant, policy, updated_at) VALUES (?,?,?) ON CONFLICT "
+                "(tenant) DO UPDATE SET policy=excluded.policy, updated_at=excluded.updated_at",
                 (tenant, json.dumps(dict(policy), ensure_ascii=False), time.time()),
             )
 
-    def _purge_notes(self, conn: sqlite3.Connection) -> int:
+    def _purge_notes(self, conn: Connection) -> int:
         return conn.execute(
             "DELETE FROM notes WHERE deleted=1 OR expired=1 OR "
             "(expires_at IS NOT NULL AND expires_at <= ?)",

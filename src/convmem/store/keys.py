@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import sqlite3
 import time
-from contextlib import AbstractContextManager
 from typing import Any
 
 from convmem.errors import NotFoundError
+from convmem.store.dbapi import StoreConnections
 
 __all__ = ["KEYS_SCHEMA", "KeyTables", "hash_key"]
 
@@ -34,14 +33,8 @@ def hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-class KeyTables:
-    """Mixin for :class:`~convmem.store.sqlite.SQLiteStore`."""
-
-    def _db(self) -> sqlite3.Connection:
-        raise NotImplementedError
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
+class KeyTables(StoreConnections):
+    """Mixin for :class:`~convmem.store.base.SQLStore`."""
 
     def create_api_key(self, tenant: str, name: str = "") -> tuple[str, str]:
         """Create a key for ``tenant``; returns ``(key_id, secret)``. The secret is not stored."""

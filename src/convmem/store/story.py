@@ -1,4 +1,4 @@
-"""Entity state snapshots of story projects (SQLite store mixin).
+"""Entity state snapshots of story projects (store mixin).
 
 Story memory chunks live in the ``chunks`` table under a tenant space of their own per
 project (see ``convmem.story``); entity states are relational and live here.
@@ -7,10 +7,10 @@ project (see ``convmem.story``); entity states are relational and live here.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
-from contextlib import AbstractContextManager
 from typing import Any
+
+from convmem.store.dbapi import StoreConnections
 
 __all__ = ["STORY_SCHEMA", "StoryTables"]
 
@@ -46,22 +46,19 @@ def _row(row: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-class StoryTables:
-    """Mixin for :class:`~convmem.store.sqlite.SQLiteStore`."""
-
-    def _db(self) -> sqlite3.Connection:
-        raise NotImplementedError
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
+class StoryTables(StoreConnections):
+    """Mixin for :class:`~convmem.store.base.SQLStore`."""
 
     def put_entity_states(self, tenant: str, snapshots: list[dict[str, Any]]) -> int:
         """Insert or overwrite snapshots (same entity, point and version overwrite)."""
         with self._write() as conn:
             conn.executemany(
-                "INSERT OR REPLACE INTO entity_states (tenant, project_id, entity_id, "
+                "INSERT INTO entity_states (tenant, project_id, entity_id, "
                 "entity_type, chapter_index, scene_index, version, state, created_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?)",
+                "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (tenant, project_id, entity_id, "
+                "chapter_index, scene_index, version) DO UPDATE SET "
+                "entity_type=excluded.entity_type, state=excluded.state, "
+                "created_at=excluded.created_at",
                 [
                     (
                         tenant,
