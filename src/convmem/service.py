@@ -54,7 +54,7 @@ from convmem.models import (
     JobInfo,
     parse_turns,
 )
-from convmem.store import SQLiteStore, open_store, parse_filters
+from convmem.store import SQLiteStore, SQLStore, open_store, parse_filters
 from convmem.store.ann import AnnIndex
 from convmem.store.governance import MarkRow, MarkWrite
 from convmem.store.sqlite import (
@@ -115,7 +115,7 @@ class _Metrics:
 class _Engine:
     """What every tenant view of one opened store shares."""
 
-    store: SQLiteStore
+    store: SQLStore
     embedding: EmbeddingService
     chunking: ChunkingPolicy
     max_text_chars: int
@@ -320,7 +320,7 @@ class Memory:
         return self._tenant
 
     @property
-    def store(self) -> SQLiteStore:
+    def store(self) -> SQLStore:
         return self._engine.store
 
     @property
@@ -804,7 +804,7 @@ class Memory:
         self, spec: Any, vector: np.ndarray, pool: int
     ) -> list[tuple[int, float]]:
         store = self._engine.store
-        if spec.conversation_id is not None:
+        if spec.conversation_id is not None or store.native_vector_index:
             return store.scan_vectors(self._tenant, spec, vector, pool)
         index = self._ann()
         if index is None:
@@ -812,7 +812,10 @@ class Memory:
         return index.search(vector, pool, spec)
 
     def _ann(self) -> AnnIndex | None:
+        """The in-process HNSW sidecar of an embedded store (server stores index themselves)."""
         engine = self._engine
+        if not isinstance(engine.store, SQLiteStore):
+            return None
         with engine.ann_lock:
             index = engine.ann.get(self._tenant)
             if index is None:

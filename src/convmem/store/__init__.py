@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from convmem.errors import InvalidInputError
+from convmem.store.base import SQLStore
 from convmem.store.filters import Condition, FilterSpec, matches, parse_filters, to_sql
 from convmem.store.sqlite import SQLiteStore
 
 __all__ = [
     "Condition",
     "FilterSpec",
+    "SQLStore",
     "SQLiteStore",
     "default_store_path",
     "matches",
@@ -27,8 +29,9 @@ def default_store_path() -> Path:
     return Path(platformdirs.user_data_dir("convmem", appauthor=False)) / "memory.db"
 
 
-def open_store(url: str | None = None, *, durability: str = "full") -> SQLiteStore:
-    """Open a store by URL: ``sqlite:///abs/path.db``, ``sqlite:///./rel.db``, or a file path.
+def open_store(url: str | None = None, *, durability: str = "full") -> SQLStore:
+    """Open a store by URL: ``sqlite:///abs/path.db``, ``sqlite:///./rel.db``, a file path,
+    or ``postgresql://user@host:port/db[?schema=name]`` (needs ``convmem[postgres]``).
 
     Raises:
         InvalidInputError: the URL's scheme is not supported.
@@ -42,8 +45,12 @@ def open_store(url: str | None = None, *, durability: str = "full") -> SQLiteSto
     if "://" not in url:
         return SQLiteStore(url, durability=durability)
     scheme = url.split("://", 1)[0]
+    if scheme in ("postgresql", "postgres"):
+        from convmem.store.postgres import PostgresStore
+
+        return PostgresStore(url)
     raise InvalidInputError(
-        f"Unsupported store URL scheme {scheme!r}; use sqlite:///path/to/memory.db "
-        "(the PostgreSQL backend is not part of this build yet)",
+        f"Unsupported store URL scheme {scheme!r}; use sqlite:///path/to/memory.db or "
+        "postgresql://user@host:5432/db",
         field="url",
     )

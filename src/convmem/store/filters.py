@@ -313,6 +313,9 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
                 else ("c.ts_start", "c.ts_end")
             )
             low, high = value
+            if field == "timestamp_range":
+                # a chunk without a time span never matches a time filter, open or not
+                clauses.append(f"{low_col} IS NOT NULL")
             if high is not None:
                 clauses.append(f"{low_col} <= ?")
                 params.append(high)

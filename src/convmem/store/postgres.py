@@ -1,0 +1,518 @@
+"""The server store: PostgreSQL with pgvector, for many writers and many workers.
+
+Same tables and queries as the embedded store (:class:`~convmem.store.base.SQLStore`);
+what differs lives here:
+
+- connections come from a psycopg 3 pool; reads are one statement on a pooled connection,
+  writes one transaction;
+- writers of one conversation are serialised with a transaction-scoped advisory lock, and
+  workers claim jobs with ``FOR UPDATE SKIP LOCKED`` (never two on one conversation);
+- vectors are pgvector values with an HNSW index (cosine) per embedding dimension, queried
+  with iterative scans so filtered queries still return ``limit`` rows;
+- the lexical index is a ``tsvector`` of the same segmented tokens (GIN), ranked by BM25
+  computed in SQL from term frequencies and cached collection statistics.
+
+Open with ``postgresql://user@host:port/db``; ``?schema=name`` keeps this deployment's
+tables in their own schema (created if missing).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import numpy as np
+
+from convmem.errors import InvalidInputError, StoreError
+from convmem.store.base import (
+    MIGRATIONS,
+    ClaimedJob,
+    SQLStore,
+    _now,
+)
+from convmem.store.dbapi import Connection, Cursor
+from convmem.store.filters import FilterSpec
+
+__all__ = ["PostgresStore", "pg_ddl"]
+
+logger = logging.getLogger(__name__)
+
+# Collection statistics for BM25 (documents, mean length) are re-read at most this often.
+STATS_SECONDS = 30.0
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+LEXICAL_MIGRATIONS = {
+    1: """
+    ALTER TABLE chunks ADD COLUMN IF NOT EXISTS tsv tsvector;
+    ALTER TABLE chunks ADD COLUMN IF NOT EXISTS ntokens INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv);
+    CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (job_id) WHERE status IN ('pending', 'running')
+    """,
+}
+
+
+def pg_ddl(sqlite_ddl: str) -> str:
+    """The shared (SQLite-flavoured) DDL in PostgreSQL's types.
+
+    Integers are 64-bit, reals double precision, JSON arrays ``jsonb`` and vectors
+    pgvector values; ``WITHOUT ROWID`` goes, autoincrement keys become identity columns.
+    """
+    ddl = sqlite_ddl
+    ddl = ddl.replace(
+        "INTEGER PRIMARY KEY AUTOINCREMENT", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+    )
+    ddl = ddl.replace(
+        "rowid INTEGER PRIMARY KEY", "rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+    )
+    ddl = ddl.replace(") WITHOUT ROWID", ")")
+    ddl = re.sub(
+        r"\b(participants|speakers) TEXT NOT NULL DEFAULT '\[\]'",
+        r"\1 JSONB NOT NULL DEFAULT '[]'",
+        ddl,
+    )
+    ddl = re.sub(r"\bvector BLOB\b", "vector vector", ddl)
+    ddl = re.sub(r"\bINTEGER\b", "BIGINT", ddl)
+    ddl = re.sub(r"\bREAL\b", "DOUBLE PRECISION", ddl)
+    return ddl
+
+
+@functools.lru_cache(maxsize=2048)
+def _pg_sql(sql: str) -> str:
+    """``?`` parameters to psycopg's ``%s`` (and a literal ``%`` to ``%%``), outside quotes."""
+    out: list[str] = []
+    quoted = False
+    for char in sql:
+        if char == "'":
+            quoted = not quoted
+            out.append(char)
+        elif char == "?" and not quoted:
+            out.append("%s")
+        elif char == "%":
+            out.append("%%")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+class _Rows:
+    """A finished read: rows fetched before the connection went back to the pool."""
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def fetchone(self) -> Any:
+        return self._rows[0] if self._rows else None
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._rows)
+
+
+class _Transaction:
+    """A pooled connection inside one transaction, taking ``?`` parameters."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
+        cursor: Cursor = self._conn.execute(_pg_sql(sql), parameters or ())
+        return cursor
+
+    def executemany(self, sql: str, parameters: Any, /) -> Cursor:
+        cursor = self._conn.cursor()
+        rows = list(parameters)
+        if rows:
+            cursor.executemany(_pg_sql(sql), rows)
+        result: Cursor = cursor
+        return result
+
+
+class _Reader:
+    """One-statement reads, each on a connection borrowed from the pool."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
+        with self._store._connection() as conn:
+            cursor = conn.execute(_pg_sql(sql), parameters or ())
+            rows = cursor.fetchall() if cursor.description else []
+            return _Rows(rows, cursor.rowcount)
+
+    def executemany(self, sql: str, parameters: Any, /) -> Cursor:
+        with self._store._write() as conn:
+            return conn.executemany(sql, parameters)
+
+
+def _tsvector(tokens: Sequence[str]) -> str:
+    """A ``tsvector`` literal of already segmented tokens, keeping every position (tf)."""
+    positions: dict[str, list[int]] = {}
+    for index, token in enumerate(tokens, start=1):
+        if token and len(token.encode("utf-8")) < 2000:
+            positions.setdefault(token, []).append(min(index, 16383))
+    return " ".join(
+        "'"
+        + token.replace("\\", "\\\\").replace("'", "''")
+        + "':"
+        + ",".join(map(str, spots[:256]))
+        for token, spots in positions.items()
+    )
+
+
+def _tsquery(terms: Sequence[str]) -> str:
+    return " | ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms)
+
+
+class PostgresStore(SQLStore):
+    """PostgreSQL + pgvector. Thread- and process-safe; share one database among workers."""
+
+    GREATEST = "greatest"
+    TOMBSTONE_METADATA = "CAST(CAST(metadata AS jsonb) || '{\"deleted\": true}' AS text)"
+    VECTOR_PARAM = "?"
+    DIALECT = "postgres"
+    native_vector_index = True
+
+    def __init__(self, url: str, *, pool_size: int = 10, ef_search: int = 100) -> None:
+        try:
+            import psycopg
+            from pgvector.psycopg import register_vector
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise StoreError(
+                "The PostgreSQL backend needs psycopg, psycopg-pool and pgvector: "
+                "pip install 'convmem[postgres]'"
+            ) from exc
+        self._conninfo, self.schema = _parse_url(url)
+        self._public_url = _redact(url)
+        self._ef_search = ef_search
+        self._closed = False
+        self._stats: tuple[float, int, float] = (0.0, 0, 0.0)
+        self._stats_lock = threading.Lock()
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                if self.schema:
+                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+        except psycopg.Error as exc:
+            raise StoreError(f"Could not open {self._public_url}: {exc}".strip()) from exc
+
+        def configure(conn: Any) -> None:
+            conn.autocommit = True
+            register_vector(conn)
+            if self.schema:
+                conn.execute(f'SET search_path TO "{self.schema}", public')
+
+        self._pool = ConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=max(2, pool_size),
+            configure=configure,
+            open=True,
+            name="convmem",
+        )
+        self._pool.wait(timeout=30.0)
+        self._psycopg_error: type[Exception] = psycopg.Error
+        self._migrate()
+        self._check_tokenizer()
+        self._dimension = self._recorded_dimension()
+
+    # -- connections -------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self._public_url
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        if self._closed:
+            raise StoreError(f"Store {self.url} is closed; open it again with Memory.open")
+        with self._pool.connection() as conn:
+            yield conn
+
+    def _db(self) -> Connection:
+        return _Reader(self)
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self._connection() as conn, conn.transaction():
+            yield _Transaction(conn)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._pool.close()
+
+    def _migrations(self) -> list[str]:
+        return [
+            ";".join(part for part in (pg_ddl(ddl), LEXICAL_MIGRATIONS.get(version, "")) if part)
+            for version, ddl in enumerate(MIGRATIONS, start=1)
+        ]
+
+    def _lock_schema(self, conn: Connection) -> None:
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
+            (f"convmem-schema:{self.schema}",),
+        )
+
+    def _lock_conversation(self, conn: Connection, tenant: str, conversation_id: str) -> None:
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
+            (f"{self.schema}\x1f{tenant}\x1f{conversation_id}",),
+        )
+
+    def _size_bytes(self) -> int:
+        row = self._db().execute("SELECT pg_database_size(current_database())").fetchone()
+        return int(row[0])
+
+    def _after_purge(self) -> None:
+        # Deleted rows' text stays in dead tuples until VACUUM reclaims them.
+        with self._connection() as conn:
+            for table in ("chunks", "turns", "notes"):
+                conn.execute(f"VACUUM {table}")
+
+    # -- meta and jobs -----------------------------------------------------------------
+
+    def _recorded_dimension(self) -> int | None:
+        recorded = self.embedding_model()
+        return recorded[1] if recorded else None
+
+    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+        """Record the model and keep one HNSW index, for its dimension."""
+        super().set_embedding_model(model_id, dimension)
+        with self._write() as conn:
+            self._lock_schema(conn)
+            for (name,) in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND "
+                "tablename = 'chunks' AND indexname LIKE 'chunks\\_hnsw\\_%'"
+            ).fetchall():
+                if name != f"chunks_hnsw_{dimension}":
+                    conn.execute(f"DROP INDEX IF EXISTS {name}")
+            conn.execute(
+                f"CREATE INDEX IF NOT EXISTS chunks_hnsw_{dimension} ON chunks USING hnsw "
+                f"((CAST(vector AS vector({dimension}))) vector_cosine_ops) "
+                "WHERE vector IS NOT NULL"
+            )
+        self._dimension = dimension
+
+    def replace_vectors(self, rows: Sequence[tuple[int, np.ndarray]], model_id: str) -> None:
+        if rows and self._dimension is not None and len(rows[0][1]) != self._dimension:
+            # the old index casts every vector to the old dimension: drop it first
+            with self._write() as conn:
+                conn.execute(f"DROP INDEX IF EXISTS chunks_hnsw_{self._dimension}")
+            self._dimension = None
+        super().replace_vectors(rows, model_id)
+
+    def claim_jobs(self, worker_id: str, *, limit: int, lease_seconds: float) -> list[ClaimedJob]:
+        """Claim ready jobs without waiting on other workers' claims (``SKIP LOCKED``).
+
+        A conversation is only ever worked by one worker: its advisory lock is tried (a
+        busy conversation is skipped, not waited for) and, once held, the check for a
+        live claim by another worker is repeated against the newest committed state.
+        """
+        now = _now()
+        with self._write() as conn:
+            rows = conn.execute(
+                """
+                SELECT job_id, tenant, conversation_id, min_seq, max_seq, attempts FROM jobs AS j
+                WHERE ((status = 'pending' AND next_retry_at <= ?)
+                       OR (status = 'running' AND lease_until < ?))
+                  AND NOT EXISTS (
+                      SELECT 1 FROM jobs AS o
+                      WHERE o.tenant = j.tenant AND o.conversation_id = j.conversation_id
+                        AND o.status = 'running' AND o.lease_until >= ?
+                        AND o.claimed_by <> ?)
+                ORDER BY job_id LIMIT ? FOR UPDATE SKIP LOCKED
+                """,
+                (now, now, now, worker_id, limit),
+            ).fetchall()
+            usable: dict[tuple[str, str], bool] = {}
+            claimed = []
+            for row in rows:
+                key = (row[1], row[2])
+                if key not in usable:
+                    got = conn.execute(
+                        "SELECT pg_try_advisory_xact_lock(hashtextextended(?, 0))",
+                        (f"{self.schema}\x1f{key[0]}\x1f{key[1]}",),
+                    ).fetchone()[0]
+                    busy = (
+                        got
+                        and conn.execute(
+                            "SELECT 1 FROM jobs WHERE tenant=? AND conversation_id=? AND "
+                            "status='running' AND lease_until >= ? AND claimed_by <> ? LIMIT 1",
+                            (key[0], key[1], now, worker_id),
+                        ).fetchone()
+                    )
+                    usable[key] = bool(got) and not busy
+                if usable[key]:
+                    claimed.append(row)
+            if claimed:
+                conn.executemany(
+                    "UPDATE jobs SET status='running', claimed_by=?, lease_until=?, updated_at=? "
+                    "WHERE job_id=?",
+                    [(worker_id, now + lease_seconds, now, row[0]) for row in claimed],
+                )
+        return [ClaimedJob(*row) for row in claimed]
+
+    # -- vectors -----------------------------------------------------------------------
+
+    def _vector_param(self, vector: np.ndarray) -> Any:
+        return np.asarray(vector, dtype=np.float32)
+
+    def _vector_bytes(self, stored: Any) -> bytes:
+        values = stored.to_numpy() if hasattr(stored, "to_numpy") else stored
+        return np.asarray(values, dtype=np.float32).tobytes()
+
+    def scan_vectors(
+        self,
+        tenant: str,
+        spec: FilterSpec,
+        query: np.ndarray,
+        limit: int,
+        *,
+        exact: bool = False,
+    ) -> list[tuple[int, float]]:
+        """Nearest live chunks by cosine through the HNSW index (``exact``: a full scan).
+
+        Iterative index scans (pgvector 0.8) keep reading the graph until ``limit`` rows
+        pass the filter, so a selective filter does not starve the result.
+        """
+        where, params = self._live_clause(spec)
+        vector = np.asarray(query, dtype=np.float32)
+        column = "c.vector"
+        if self._dimension is not None and vector.shape == (self._dimension,):
+            column = f"CAST(c.vector AS vector({self._dimension}))"
+        with self._write() as conn:
+            if exact:
+                conn.execute("SET LOCAL enable_indexscan = off")
+            else:
+                conn.execute(f"SET LOCAL hnsw.ef_search = {max(self._ef_search, min(limit, 1000))}")
+                conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+            rows = conn.execute(
+                f"SELECT c.rowid, {column} <=> ? AS distance FROM chunks c WHERE {where} "
+                f"AND c.vector IS NOT NULL ORDER BY {column} <=> ? LIMIT ?",
+                [vector, tenant, _now(), *params, vector, limit],
+            ).fetchall()
+        hits = [(int(rowid), 1.0 - float(distance)) for rowid, distance in rows]
+        hits.sort(key=lambda hit: (-hit[1], hit[0]))  # ties: oldest row first, as everywhere
+        return hits
+
+    # -- lexical index -----------------------------------------------------------------
+
+    def _index_tokens(self, conn: Connection, rows: Sequence[tuple[int, Sequence[str]]]) -> None:
+        conn.executemany(
+            "UPDATE chunks SET tsv = CAST(? AS tsvector), ntokens = ? WHERE rowid = ?",
+            [(_tsvector(tokens), len(tokens), rowid) for rowid, tokens in rows],
+        )
+
+    def _unindex(self, conn: Connection, rowids: Sequence[int]) -> None:
+        if rowids:
+            conn.execute(
+                "UPDATE chunks SET tsv = NULL, ntokens = 0 WHERE rowid = ANY(?)", (list(rowids),)
+            )
+
+    def _clear_lexical(self, conn: Connection) -> None:
+        conn.execute("UPDATE chunks SET tsv = NULL, ntokens = 0 WHERE tsv IS NOT NULL")
+
+    def _term_counts(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for term in terms:
+            row = conn.execute(
+                "SELECT count(*) FROM chunks WHERE tsv @@ CAST(? AS tsquery)", (_tsquery([term]),)
+            ).fetchone()
+            if row[0]:
+                counts[term] = int(row[0])
+        return counts
+
+    def _collection(self) -> tuple[int, float]:
+        """``(documents, mean tokens per document)`` of the lexical index, briefly cached."""
+        with self._stats_lock:
+            read_at, documents, mean = self._stats
+            if time.monotonic() - read_at < STATS_SECONDS and documents:
+                return documents, mean
+        row = (
+            self._db()
+            .execute("SELECT count(*), coalesce(avg(ntokens), 0) FROM chunks WHERE tsv IS NOT NULL")
+            .fetchone()
+        )
+        documents, mean = int(row[0]), float(row[1])
+        with self._stats_lock:
+            self._stats = (time.monotonic(), documents, mean)
+        return documents, mean
+
+    def _forget_terms(self) -> None:
+        super()._forget_terms()
+        self._stats = (0.0, 0, 0.0)
+
+    def lexical(
+        self, tenant: str, spec: FilterSpec, tokens: Sequence[str], limit: int
+    ) -> list[tuple[int, float]]:
+        """BM25 (k1 1.2, b 0.75) over the ``tsvector`` of each live chunk under the filter.
+
+        Term frequencies come from the stored positions; document frequencies and the
+        collection size from the whole index (as FTS5 does), so scores do not depend on
+        the filter. The rarest terms within the postings budget are read.
+        """
+        unique = list(dict.fromkeys(token for token in tokens if token))[:64]
+        if not unique:
+            return []
+        reader = self._db()
+        terms = self._selective_terms(reader, unique)
+        if not terms:
+            return []
+        documents, mean = self._collection()
+        idf = []
+        for term in terms:
+            found = self._term_cache[term]
+            # the collection count is cached and may trail a just-counted term
+            ratio = (max(documents, found) - found + 0.5) / (found + 0.5)
+            idf.append(max(math.log(ratio), 1e-6))
+        where, params = self._live_clause(spec)
+        rows = reader.execute(
+            f"""
+            SELECT c.rowid, sum(q.idf * u.tf * 2.2 / (u.tf + 1.2 * (0.25 + 0.75 * c.ntokens / ?)))
+                AS score
+            FROM chunks c
+            CROSS JOIN LATERAL (
+                SELECT lexeme, cardinality(positions) AS tf FROM unnest(c.tsv)
+            ) AS u
+            JOIN unnest(CAST(? AS text[]), CAST(? AS float8[])) AS q(term, idf)
+                ON q.term = u.lexeme
+            WHERE c.tsv @@ CAST(? AS tsquery) AND {where}
+            GROUP BY c.rowid ORDER BY score DESC, c.rowid LIMIT ?
+            """,
+            [max(mean, 1.0), terms, idf, _tsquery(terms), tenant, _now(), *params, limit],
+        ).fetchall()
+        return [(int(rowid), float(score)) for rowid, score in rows]
+
+
+def _parse_url(url: str) -> tuple[str, str | None]:
+    """libpq conninfo from a ``postgresql://`` URL, and the ``schema`` option taken out."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    schema = query.pop("schema", None)
+    if schema is not None and not SCHEMA_NAME.match(schema):
+        raise InvalidInputError(
+            f"schema {schema!r} is not a plain lower-case identifier; use letters, digits and _",
+            field="url",
+        )
+    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), "")), schema
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url

@@ -1,0 +1,597 @@
+"""One behaviour on every store: each test runs on SQLite and on PostgreSQL.
+
+The reference for filters is :func:`convmem.store.matches` (plain Python over the
+metadata); every backend's SQL must agree with it, and the backends with each other.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from conftest import drop_schema, postgres_base_url
+from convmem import HashingEmbedder, Memory
+from convmem.errors import (
+    EmbeddingMismatchError,
+    FilterError,
+    InvalidInputError,
+    TurnConflictError,
+)
+from convmem.governance import KeepAllMarker
+from convmem.models import ChunkMetadata
+from convmem.store import matches, parse_filters
+from convmem.store.base import SCHEMA_VERSION
+from helpers import make_turns
+
+
+@contextmanager
+def opened(url: str, **options: Any) -> Iterator[Memory]:
+    options.setdefault("embedder", HashingEmbedder())
+    options.setdefault("marker", KeepAllMarker())
+    options.setdefault("workers", 0)
+    with Memory.open(url, **options) as memory:
+        yield memory
+
+
+def chunk(
+    chunk_id: str,
+    text: str,
+    *,
+    conversation: str = "c1",
+    turns: tuple[int, int] = (0, 1),
+    **meta: Any,
+) -> dict[str, Any]:
+    return {
+        "chunk_id": chunk_id,
+        "text": text,
+        "metadata": {"conversation_id": conversation, "turn_range": list(turns), **meta},
+    }
+
+
+def rows_of(memory: Memory) -> dict[int, str]:
+    """rowid -> chunk_id of every chunk row of the tenant (live or not)."""
+    return dict(
+        memory.store._db()
+        .execute("SELECT rowid, chunk_id FROM chunks WHERE tenant=?", (memory.tenant,))
+        .fetchall()
+    )
+
+
+def admitted(memory: Memory, filters: dict[str, Any]) -> set[str]:
+    """Chunk ids the backend's SQL admits under the filter."""
+    rows = rows_of(memory)
+    spec = parse_filters(filters, tenant=memory.tenant)
+    return {rows[rowid] for rowid in memory.store.admit(memory.tenant, spec, list(rows))}
+
+
+def expected(records: list[dict[str, Any]], filters: dict[str, Any], tenant: str) -> set[str]:
+    """The reference answer: the records' metadata (defaults filled in) under ``matches``."""
+    spec = parse_filters(filters, tenant=tenant)
+    return {
+        r["chunk_id"]
+        for r in records
+        if matches(ChunkMetadata.model_validate(r["metadata"]).model_dump(), spec)
+    }
+
+
+# A record set that exercises every field, with NULLs, ints and floats mixed.
+RECORDS = [
+    chunk(
+        "a",
+        "alpha harbor lighthouse",
+        conversation="c1",
+        turns=(0, 3),
+        participants=["Ann", "Bob"],
+        speakers=["user"],
+        intent_tag="dialogue",
+        category="preference",
+        importance=0.9,
+        pinned=True,
+        chunk_version=1,
+        timestamp_range=["2026-01-01T10:00:00+08:00", "2026-01-01T10:05:00+08:00"],
+    ),
+    chunk(
+        "b",
+        "bravo harbor ferry",
+        conversation="c1",
+        turns=(4, 7),
+        participants=["Bob"],
+        speakers=["user", "assistant"],
+        intent_tag="task",
+        importance=0.3,
+        chunk_version=2,
+        timestamp_range=["2026-01-02T09:00:00Z", "2026-01-02T09:30:00Z"],
+    ),
+    chunk(
+        "c",
+        "charlie 灯塔 港口",
+        conversation="c2",
+        turns=(0, 1),
+        participants=["李雷"],
+        speakers=["assistant"],
+        category="profile",
+        importance=1,
+        requires_confirmation=True,
+        chunk_version=1,
+    ),
+    chunk(
+        "d",
+        "delta tide tables",
+        conversation="c3",
+        turns=(10, 20),
+        participants=[],
+        speakers=["tool"],
+        intent_tag="tool_output",
+        chunk_version=3,
+        timestamp_range=["2025-12-31T23:00:00-05:00", "2026-01-01T01:00:00-05:00"],
+    ),
+]
+
+FILTERS: list[dict[str, Any]] = [
+    {},
+    {"conversation_id": "c1"},
+    {"conversation_id": {"$eq": "c2"}},
+    {"conversation_id": {"$ne": "c1"}},
+    {"conversation_id": {"$in": ["c2", "c3", "nope"]}},
+    {"intent_tag": {"$ne": "dialogue"}},
+    {"category": "preference"},
+    {"category": {"$ne": "preference"}},
+    {"category": {"$in": ["profile", "preference"]}},
+    {"chunk_version": 1},
+    {"chunk_version": {"$ne": 1}},
+    {"chunk_version": {"$in": [2, 3]}},
+    {"participants": "Bob"},
+    {"participants": ["Ann", "李雷"]},
+    {"participants": {"$contains": "Ann"}},
+    {"participants": {"$contains_any": ["Zed", "Bob"]}},
+    {"participants": {"$contains_all": ["Ann", "Bob"]}},
+    {"speakers": {"$contains_all": ["user", "assistant"]}},
+    {"timestamp_range": [None, None]},
+    {"timestamp_range": ["2026-01-01T00:00:00Z", None]},
+    {"timestamp_range": [None, "2026-01-01T02:10:00+08:00"]},
+    {"timestamp_range": ["2026-01-01T05:00:00Z", "2026-01-01T05:30:00Z"]},
+    {"turn_range": [2, 5]},
+    {"turn_range": [None, 0]},
+    {"turn_range": [15, None]},
+    {"importance": 1},
+    {"importance": {"$gte": 0.9}},
+    {"importance": {"$gt": 0.9}},
+    {"importance": {"$lte": 0.3}},
+    {"importance": {"$lt": 1}},
+    {"importance": {"$eq": 0.3}},
+    {"pinned": True},
+    {"pinned": False},
+    {"requires_confirmation": True},
+    {"deleted": False},
+    {"tenant": "default"},
+    {"conversation_id": "c1", "participants": "Bob", "importance": {"$gt": 0.5}},
+]
+
+
+def test_crud_round_trip(backend_url: str) -> None:
+    with opened(backend_url) as memory:
+        first = memory.upsert_chunks([chunk("k1", "the lighthouse keeper"), chunk("k2", "ferry")])
+        assert (first.upserted, first.updated, first.errors) == (2, 0, [])
+        again = memory.update(chunk("k1", "the harbor master"))
+        assert (again.upserted, again.updated) == (0, 1)
+        texts = {hit.chunk_id: hit.text for hit in memory.search("harbor master", top_k=5)}
+        assert texts["k1"] == "the harbor master"
+        assert not any("lighthouse" in hit.text for hit in memory.search("lighthouse", top_k=5))
+        assert memory.delete("c1", chunk_ids=["k2"]).deleted == 1
+        assert "k2" not in {hit.chunk_id for hit in memory.search("ferry", top_k=5)}
+        assert memory.stats()["chunks_deleted"] == 1
+        assert memory.purge()["chunks"] == 1
+        assert "k2" not in rows_of(memory).values()
+
+
+@pytest.mark.parametrize("filters", FILTERS, ids=[str(f) for f in FILTERS])
+def test_every_filter_operator(backend_url: str, filters: dict[str, Any]) -> None:
+    with opened(backend_url) as memory:
+        assert memory.upsert_chunks(RECORDS).errors == []
+        want = expected(RECORDS, filters, memory.tenant)
+        assert admitted(memory, filters) == want
+        hits = memory.search("harbor", top_k=20, filters=filters, mode="vector")
+        assert {hit.chunk_id for hit in hits} == want
+
+
+def test_ordering_and_ties(backend_url: str) -> None:
+    twins = [chunk(f"t{i}", "same words about the harbor", conversation=f"c{i}") for i in range(4)]
+    others = [
+        chunk("o1", "harbor harbor harbor lights", conversation="x1"),
+        chunk("o2", "nothing relevant at all", conversation="x2"),
+    ]
+    with opened(backend_url) as memory:
+        memory.upsert_chunks([twins[2], twins[0], *others, twins[3], twins[1]])
+        for mode in ("vector", "lexical", "hybrid"):
+            hits = memory.search("same words about the harbor", top_k=6, mode=mode)
+            scores = [hit.score for hit in hits]
+            assert scores == sorted(scores, reverse=True), mode
+            order = [hit.chunk_id for hit in hits if hit.chunk_id.startswith("t")]
+            # equal scores: the row written first comes first, on every backend
+            assert order == ["t2", "t0", "t3", "t1"], mode
+
+
+def test_delete_by_range_is_final(backend_url: str) -> None:
+    texts = [f"turn {i} mentions codeword{i}" for i in range(12)]
+    with opened(backend_url) as memory:
+        memory.add_turns("c1", make_turns(texts))
+        memory.flush()
+        assert any("codeword4" in hit.text for hit in memory.search("codeword4", top_k=5))
+        result = memory.delete(conversation_id="c1", turn_range=(3, 5))
+        assert result.turns_deleted == 3
+        memory.flush()
+        live = memory.store._db().execute(
+            "SELECT text FROM chunks WHERE tenant=? AND deleted=0", (memory.tenant,)
+        )
+        for (text,) in live:
+            assert not any(f"codeword{i}" in text for i in (3, 4, 5))
+        assert {t.seq for t in memory.recent_turns("c1", limit=20)} == set(range(12)) - {3, 4, 5}
+        for mode in ("vector", "lexical", "hybrid"):
+            hits = memory.search("codeword4", top_k=20, mode=mode)
+            assert not any("codeword4" in hit.text for hit in hits)
+        with pytest.raises(TurnConflictError):
+            memory.add_turns("c1", make_turns(["other text"], start=4))
+        memory.purge()
+        row = (
+            memory.store._db()
+            .execute("SELECT text FROM turns WHERE conversation_id='c1' AND seq=4")
+            .fetchone()
+        )
+        assert row == (None,)
+
+
+def test_tenant_isolation(backend_url: str) -> None:
+    with opened(backend_url) as memory:
+        a, b = memory.for_tenant("a"), memory.for_tenant("b")
+        a.upsert_chunks([chunk("same-id", "alpha secret of tenant a")])
+        b.upsert_chunks([chunk("same-id", "bravo notes of tenant b")])
+        a.add_turns("c1", make_turns(["tenant a private turn", "ok"]))
+        a.flush()
+        for mode in ("vector", "lexical", "hybrid"):
+            assert [h.text for h in b.search("alpha secret tenant", top_k=10, mode=mode)] == [
+                "bravo notes of tenant b"
+            ]
+        assert b.recent_turns("c1") == []
+        a.delete("c1", chunk_ids=["same-id"])
+        assert [h.chunk_id for h in b.search("bravo", top_k=5)] == ["same-id"]
+        with pytest.raises(FilterError):
+            b.search("alpha", filters={"tenant": "a"})
+
+
+def test_dimension_mismatch(backend_url: str) -> None:
+    with opened(backend_url, embedder=HashingEmbedder(dimension=64)) as memory:
+        memory.upsert_chunks([chunk("k", "sixty four dims")])
+        with pytest.raises(InvalidInputError) as info:
+            memory.search("x", query_vector=[0.1] * 65)
+        assert info.value.field == "query_vector"
+    with (
+        pytest.raises(EmbeddingMismatchError, match="64-d"),
+        opened(backend_url, embedder=HashingEmbedder(dimension=128)),
+    ):
+        pass
+    with opened(backend_url, embedder=HashingEmbedder(dimension=128), allow_model_change=True) as m:
+        assert m.reindex() == 1
+        assert [hit.chunk_id for hit in m.search("sixty four", top_k=3)] == ["k"]
+
+
+def test_migrations_are_versioned_and_idempotent(backend_url: str) -> None:
+    with opened(backend_url) as memory:
+        memory.store._migrate()  # again: nothing to do, nothing breaks
+        version = (
+            memory.store._db()
+            .execute("SELECT value FROM meta WHERE key='schema_version'")
+            .fetchone()
+        )
+        assert version == (str(SCHEMA_VERSION),)
+        with memory.store._write() as conn:
+            conn.execute("DROP TABLE entity_states")
+            conn.execute("UPDATE meta SET value='4' WHERE key='schema_version'")
+    with opened(backend_url) as memory:  # the missing step runs on open
+        count = memory.store._db().execute("SELECT count(*) FROM entity_states").fetchone()
+        assert count == (0,)
+
+
+def test_claims_never_share_a_job_or_a_conversation(backend_url: str) -> None:
+    """Several workers (separate connections) drain one backlog without double work."""
+    with opened(backend_url) as memory:
+        for c in range(12):
+            for part in range(3):  # three jobs per conversation
+                memory.add_turns(f"c{c}", make_turns([f"text {part}"], start=part))
+    claims: list[tuple[str, int, str]] = []
+    overlaps: list[str] = []
+    held: dict[str, str] = {}
+    guard = threading.Lock()
+
+    def work(name: str) -> None:
+        with opened(backend_url) as memory:
+            store = memory.store
+            idle = 0
+            while idle < 3:
+                jobs = store.claim_jobs(name, limit=2, lease_seconds=60)
+                if not jobs:
+                    idle += 1
+                    time.sleep(0.02)
+                    continue
+                idle = 0
+                with guard:
+                    for job in jobs:
+                        claims.append((name, job.job_id, job.conversation_id))
+                        owner = held.get(job.conversation_id)
+                        if owner not in (None, name):
+                            overlaps.append(job.conversation_id)
+                        held[job.conversation_id] = name
+                time.sleep(0.01)
+                with guard:
+                    for job in jobs:
+                        held.pop(job.conversation_id, None)
+                with store._write() as conn:
+                    conn.executemany(
+                        "UPDATE jobs SET status='done', claimed_by=NULL WHERE job_id=?",
+                        [(job.job_id,) for job in jobs],
+                    )
+
+    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    job_ids = [job_id for _, job_id, _ in claims]
+    assert len(job_ids) == len(set(job_ids)) == 36
+    assert overlaps == []
+
+
+@pytest.mark.slow
+def test_worker_processes_share_the_backlog(backend_url: str, tmp_path: Any) -> None:
+    """``convmem worker --once`` in three processes indexes everything exactly as one would."""
+    texts = [f"conversation line {i} about topic{i % 5}" for i in range(10)]
+    with opened(backend_url) as memory:
+        for c in range(15):
+            memory.add_turns(f"c{c}", make_turns(texts))
+    command = [
+        sys.executable,
+        "-m",
+        "convmem.cli.main",
+        "--store",
+        backend_url,
+        "--embedder",
+        "hashing",
+        "--marker",
+        "keep-all",
+        "worker",
+        "--once",
+    ]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = [proc.communicate(timeout=240)[0] for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), outputs
+    with opened(backend_url) as memory:
+        assert memory.store.backlog(memory.tenant) == (0, 0)
+        reference = tmp_path / "one.db"
+        with opened(f"sqlite:///{reference}") as single:
+            for c in range(15):
+                single.add_turns(f"c{c}", make_turns(texts))
+            single.flush()
+            for c in range(15):
+                ours = {
+                    h.chunk_id: h.text
+                    for h in memory.search("topic3", top_k=50, filters={"conversation_id": f"c{c}"})
+                }
+                theirs = {
+                    h.chunk_id: h.text
+                    for h in single.search("topic3", top_k=50, filters={"conversation_id": f"c{c}"})
+                }
+                assert ours == theirs
+
+
+# -- the backends against each other ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def both() -> Iterator[tuple[Memory, Memory]]:
+    """One SQLite and one PostgreSQL store, shared by the generated examples."""
+    import tempfile
+
+    base = postgres_base_url()
+    schema = "h_" + uuid.uuid4().hex[:12]
+    with tempfile.TemporaryDirectory() as folder:
+        joiner = "&" if "?" in base else "?"
+        with (
+            opened(f"sqlite:///{folder}/memory.db") as lite,
+            opened(f"{base}{joiner}schema={schema}") as server,
+        ):
+            yield lite, server
+    drop_schema(base, schema)
+
+
+NAMES = st.sampled_from(["Ann", "Bob", "李雷", "Zoë"])
+TIMES = st.sampled_from(
+    ["2026-01-01T00:00:00Z", "2026-01-01T08:00:00+08:00", "2026-03-01T12:30:00-05:00", None]
+)
+
+
+@st.composite
+def records(draw: st.DrawFn) -> list[dict[str, Any]]:
+    out = []
+    for index in range(draw(st.integers(1, 8))):
+        start = draw(st.integers(0, 30))
+        meta: dict[str, Any] = {
+            "participants": draw(st.lists(NAMES, max_size=3, unique=True)),
+            "speakers": draw(
+                st.lists(st.sampled_from(["user", "assistant", "tool"]), max_size=2, unique=True)
+            ),
+            "intent_tag": draw(st.sampled_from(["dialogue", "task", "tool_output"])),
+            "chunk_version": draw(st.integers(1, 3)),
+            "pinned": draw(st.booleans()),
+            "requires_confirmation": draw(st.booleans()),
+        }
+        importance = draw(st.one_of(st.none(), st.integers(0, 1), st.floats(0, 1, width=32)))
+        if importance is not None:
+            meta["importance"] = importance
+        category = draw(st.sampled_from([None, "preference", "profile"]))
+        if category is not None:
+            meta["category"] = category
+        if draw(st.booleans()):
+            day = draw(st.integers(1, 3))
+            meta["timestamp_range"] = [
+                f"2026-01-0{day}T00:00:00Z",
+                f"2026-01-0{day}T06:00:00+08:00",
+            ]
+        out.append(
+            chunk(
+                f"r{index}",
+                draw(st.sampled_from(["harbor light", "港口 灯塔", "ferry tide", "harbor ferry"])),
+                conversation=draw(st.sampled_from(["c1", "c2", "c3"])),
+                turns=(start, start + draw(st.integers(0, 5))),
+                **meta,
+            )
+        )
+    return out
+
+
+FILTER_PARTS = st.one_of(
+    st.builds(lambda v: {"conversation_id": v}, st.sampled_from(["c1", "c2"])),
+    st.builds(lambda v: {"conversation_id": {"$ne": v}}, st.sampled_from(["c1", "c3"])),
+    st.builds(
+        lambda v: {"conversation_id": {"$in": v}},
+        st.lists(st.sampled_from(["c1", "c2", "c3"]), min_size=1, max_size=2),
+    ),
+    st.builds(lambda v: {"category": {"$ne": v}}, st.sampled_from(["preference", "profile"])),
+    st.builds(
+        lambda v: {"chunk_version": {"$in": v}}, st.lists(st.integers(1, 3), min_size=1, max_size=2)
+    ),
+    st.builds(lambda v: {"participants": v}, NAMES),
+    st.builds(
+        lambda v: {"participants": {"$contains_all": v}}, st.lists(NAMES, min_size=1, max_size=2)
+    ),
+    st.builds(
+        lambda v: {"speakers": {"$contains_any": v}},
+        st.lists(st.sampled_from(["user", "tool"]), min_size=1, max_size=2),
+    ),
+    st.builds(lambda lo, hi: {"timestamp_range": [lo, hi]}, TIMES, st.just(None)),
+    st.builds(
+        lambda lo, hi: {"turn_range": [lo, hi]},
+        st.integers(0, 20),
+        st.one_of(st.none(), st.integers(20, 40)),
+    ),
+    st.builds(
+        lambda op, v: {"importance": {op: v}},
+        st.sampled_from(["$gte", "$gt", "$lte", "$lt", "$eq"]),
+        st.one_of(st.integers(0, 1), st.floats(0, 1, width=32)),
+    ),
+    st.builds(lambda v: {"pinned": v}, st.booleans()),
+    st.builds(lambda v: {"requires_confirmation": v}, st.booleans()),
+)
+
+
+@st.composite
+def filters(draw: st.DrawFn) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for part in draw(st.lists(FILTER_PARTS, max_size=3)):
+        merged.update(part)
+    return merged
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=records(), spec=filters())
+def test_generated_records_and_filters_agree(
+    both: tuple[Memory, Memory], data: list[dict[str, Any]], spec: dict[str, Any]
+) -> None:
+    note(f"records={data!r} filters={spec!r}")
+    tenant = "g" + uuid.uuid4().hex[:10]
+    want = None
+    for store in both:
+        memory = store.for_tenant(tenant)
+        assert memory.upsert_chunks(data).errors == []
+        want = expected(data, spec, tenant)
+        assert admitted(memory, spec) == want
+        hits = memory.search("harbor", top_k=20, filters=spec, mode="vector")
+        assert {hit.chunk_id for hit in hits} == want
+    lite, server = (m.for_tenant(tenant) for m in both)
+    lexical = [
+        [h.chunk_id for h in m.search("harbor 港口", top_k=20, filters=spec, mode="lexical")]
+        for m in (lite, server)
+    ]
+    assert set(lexical[0]) == set(lexical[1])
+
+
+def test_the_write_path_gives_the_same_memory_on_both(tmp_path: Any) -> None:
+    """Same turns, same marker: the same chunk ids, texts, marks and notes on both."""
+    from convmem.governance import RuleMarker
+
+    base = postgres_base_url()
+    schema = "w_" + uuid.uuid4().hex[:12]
+    joiner = "&" if "?" in base else "?"
+
+    texts = [
+        "记住：我对青霉素过敏",
+        "好的，我记下了：你对青霉素过敏。",
+        "我下周三要去杭州出差，帮我订酒店",
+        "好的，已为你预订西湖边的酒店。",
+        "就订这家吧",
+        "没问题。",
+    ]
+    views = []
+    try:
+        for url in (f"sqlite:///{tmp_path}/m.db", f"{base}{joiner}schema={schema}"):
+            with opened(url, marker=RuleMarker()) as memory:
+                memory.add_turns("c1", make_turns(texts))
+                memory.flush()
+                chunks = {h.chunk_id: h.text for h in memory.search("青霉素 杭州", top_k=20)}
+                marks = [(m.seq, m.mark.keep, m.mark.category) for m in memory.marks("c1")]
+                notes = sorted((n.note_id, n.text, n.status) for n in memory.notes())
+                views.append((chunks, marks, notes))
+    finally:
+        drop_schema(base, schema)
+    assert views[0] == views[1]
+    assert views[0][2], "a 记住 request leaves a note"
+
+
+def test_postgres_hnsw_index_answers_filtered_queries(tmp_path: Any) -> None:
+    """The HNSW path: the index exists, agrees with exact search, and a selective filter
+    still gets every match (iterative scans), not the few the first graph pass found."""
+    base = postgres_base_url()
+    schema = "v_" + uuid.uuid4().hex[:12]
+    joiner = "&" if "?" in base else "?"
+    import random
+
+    rng = random.Random(7)
+    words = [f"w{n}" for n in range(300)] + ["harbor", "storm", "anchor"]
+    records = [
+        chunk(
+            f"n{i}",
+            " ".join(rng.sample(words, 6)),
+            conversation=f"c{i % 7}",
+            category="rare" if i % 97 == 0 else "common",
+        )
+        for i in range(400)
+    ]
+    try:
+        with opened(f"{base}{joiner}schema={schema}") as memory:
+            memory.upsert_chunks(records)
+            store = memory.store
+            indexes = store._db().execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname=? AND tablename='chunks'",
+                (schema,),
+            )
+            assert "chunks_hnsw_512" in {row[0] for row in indexes}
+            vector = memory._engine.embedding.embed_array(["harbor storm anchor"])[0]
+            spec = parse_filters({}, tenant=memory.tenant)
+            fast = store.scan_vectors(memory.tenant, spec, vector, 10)  # type: ignore[call-arg]
+            exact = store.scan_vectors(memory.tenant, spec, vector, 10, exact=True)  # type: ignore[call-arg]
+            assert len({r for r, _ in fast} & {r for r, _ in exact}) >= 8
+            rare = parse_filters({"category": "rare"}, tenant=memory.tenant)
+            hits = store.scan_vectors(memory.tenant, rare, vector, 10)
+            assert len(hits) == sum(1 for r in records if r["metadata"]["category"] == "rare")
+    finally:
+        drop_schema(base, schema)
