@@ -7,7 +7,7 @@ what differs lives here:
   writes one transaction;
 - writers of one conversation are serialised with a transaction-scoped advisory lock, and
   workers claim jobs with ``FOR UPDATE SKIP LOCKED`` (never two on one conversation);
-- vectors are pgvector values with an HNSW index (cosine) per embedding dimension, queried
+- vectors are pgvector values with an HNSW index (cosine) for the store's dimension, queried
   with iterative scans so filtered queries still return ``limit`` rows;
 - the lexical index is a ``tsvector`` of the same segmented tokens (GIN), ranked by BM25
   computed in SQL from term frequencies and cached collection statistics.
@@ -290,28 +290,48 @@ class PostgresStore(SQLStore):
     def set_embedding_model(self, model_id: str, dimension: int) -> None:
         """Record the model and keep one HNSW index, for its dimension."""
         super().set_embedding_model(model_id, dimension)
-        with self._write() as conn:
-            self._lock_schema(conn)
+        self._dimension = dimension
+        self.build_vector_index()
+
+    @staticmethod
+    def _vector_indexes(conn: Connection) -> list[str]:
+        return [
+            name
             for (name,) in conn.execute(
                 "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND "
                 "tablename = 'chunks' AND indexname LIKE 'chunks\\_hnsw\\_%'"
-            ).fetchall():
+            )
+        ]
+
+    def drop_vector_index(self) -> None:
+        """Drop the HNSW index: a bulk load runs several times faster without it."""
+        with self._write() as conn:
+            self._lock_schema(conn)
+            for name in self._vector_indexes(conn):
+                conn.execute(f"DROP INDEX IF EXISTS {name}")
+
+    def build_vector_index(self, *, memory: str = "1GB") -> None:
+        """(Re)build the HNSW index of the recorded dimension if it is missing.
+
+        ``memory`` is ``maintenance_work_mem`` for the build; a graph that does not fit
+        builds far slower (PostgreSQL logs a notice when that happens).
+        """
+        dimension = self._dimension
+        if dimension is None:
+            return
+        with self._write() as conn:
+            self._lock_schema(conn)
+            for name in self._vector_indexes(conn):
                 if name != f"chunks_hnsw_{dimension}":
                     conn.execute(f"DROP INDEX IF EXISTS {name}")
+            if not re.fullmatch(r"\d+[kMG]B", memory):
+                raise InvalidInputError("memory must look like 512MB or 2GB", field="memory")
+            conn.execute(f"SET LOCAL maintenance_work_mem = '{memory}'")
             conn.execute(
                 f"CREATE INDEX IF NOT EXISTS chunks_hnsw_{dimension} ON chunks USING hnsw "
                 f"((CAST(vector AS vector({dimension}))) vector_cosine_ops) "
-                "WHERE vector IS NOT NULL"
+                f"WHERE vector_dims(vector) = {dimension}"
             )
-        self._dimension = dimension
-
-    def replace_vectors(self, rows: Sequence[tuple[int, np.ndarray]], model_id: str) -> None:
-        if rows and self._dimension is not None and len(rows[0][1]) != self._dimension:
-            # the old index casts every vector to the old dimension: drop it first
-            with self._write() as conn:
-                conn.execute(f"DROP INDEX IF EXISTS chunks_hnsw_{self._dimension}")
-            self._dimension = None
-        super().replace_vectors(rows, model_id)
 
     def claim_jobs(self, worker_id: str, *, limit: int, lease_seconds: float) -> list[ClaimedJob]:
         """Claim ready jobs without waiting on other workers' claims (``SKIP LOCKED``).
@@ -389,9 +409,12 @@ class PostgresStore(SQLStore):
         """
         where, params = self._live_clause(spec)
         vector = np.asarray(query, dtype=np.float32)
-        column = "c.vector"
+        # The index holds only vectors of its dimension (the predicate below), so a
+        # re-embedding with another model can rewrite rows while the old index exists.
+        column, same_model = "c.vector", "c.vector IS NOT NULL"
         if self._dimension is not None and vector.shape == (self._dimension,):
             column = f"CAST(c.vector AS vector({self._dimension}))"
+            same_model = f"vector_dims(c.vector) = {self._dimension}"
         with self._write() as conn:
             if exact:
                 conn.execute("SET LOCAL enable_indexscan = off")
@@ -400,7 +423,7 @@ class PostgresStore(SQLStore):
                 conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             rows = conn.execute(
                 f"SELECT c.rowid, {column} <=> ? AS distance FROM chunks c WHERE {where} "
-                f"AND c.vector IS NOT NULL ORDER BY {column} <=> ? LIMIT ?",
+                f"AND {same_model} ORDER BY {column} <=> ? LIMIT ?",
                 [vector, tenant, _now(), *params, vector, limit],
             ).fetchall()
         hits = [(int(rowid), 1.0 - float(distance)) for rowid, distance in rows]

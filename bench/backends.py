@@ -1,0 +1,267 @@
+"""SQLite and PostgreSQL side by side: ingest with N workers, search at scale, HNSW recall.
+
+    python bench/backends.py ingest --postgres URL --turns 20000 --workers 1 2
+    python bench/backends.py search --postgres URL --chunks 1000000
+
+``ingest`` queues real dialogue turns, then starts N ``convmem worker --once`` processes
+and times them until the backlog is drained (turns indexed per second, end to end).
+``search`` bulk-loads the same synthetic chunks (real dialogue text, clustered unit
+vectors; see speed.py) into each backend, then times filtered (one conversation) and
+tenant-wide hybrid searches with precomputed query vectors, and measures recall@10 of the
+approximate vector index against exact search. Backends run one after the other in one
+run, on the same machine, with the same probes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from convmem import HashingEmbedder, Memory
+from convmem.store import parse_filters
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from speed import build_store, corpus_turns, pct
+
+
+def pg_url(base: str, schema: str) -> str:
+    return f"{base}{'&' if '?' in base else '?'}schema={schema}"
+
+
+def drop_schema(base: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def urls(args: argparse.Namespace, folder: str, tag: str) -> list[tuple[str, str]]:
+    out = [("sqlite", f"sqlite:///{folder}/{tag}.db")]
+    if args.postgres:
+        out.append(("postgres", pg_url(args.postgres, f"bench_{tag}_{uuid.uuid4().hex[:6]}")))
+    return out
+
+
+def cleanup(args: argparse.Namespace, backend: str, url: str) -> None:
+    if backend == "postgres" and not args.keep:
+        drop_schema(args.postgres, url.rsplit("schema=", 1)[1])
+
+
+def bench_ingest(args: argparse.Namespace) -> list[dict[str, Any]]:
+    lines = corpus_turns()
+    rng = random.Random(1)
+    per_conversation = 200
+    conversations = []
+    for _ in range(max(1, args.turns // per_conversation)):
+        offset = rng.randrange(len(lines) - per_conversation)
+        conversations.append(
+            [
+                {
+                    "turn_id": i,
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "text": lines[offset + i][1],
+                    "timestamp": "2026-02-02T10:00:00+08:00",
+                }
+                for i in range(per_conversation)
+            ]
+        )
+    results = []
+    with tempfile.TemporaryDirectory() as folder:
+        for workers in args.workers:
+            for backend, url in urls(args, folder, f"ingest{workers}"):
+                with Memory.open(url, embedder=HashingEmbedder(), workers=0) as memory:
+                    for index, turns in enumerate(conversations):
+                        for start in range(0, per_conversation, 20):
+                            memory.add_turns(f"conv{index}", turns[start : start + 20])
+                command = [
+                    sys.executable,
+                    "-m",
+                    "convmem.cli.main",
+                    "--store",
+                    url,
+                    "--embedder",
+                    "hashing",
+                    "worker",
+                    "--once",
+                ]
+                began = time.perf_counter()
+                procs = [
+                    subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+                    for _ in range(workers)
+                ]
+                for proc in procs:
+                    proc.communicate(timeout=7200)
+                elapsed = time.perf_counter() - began
+                with Memory.open(url, embedder=HashingEmbedder(), workers=0) as memory:
+                    stats = memory.stats()
+                    backlog = memory.store.backlog()
+                turns = sum(len(c) for c in conversations)
+                results.append(
+                    {
+                        "backend": backend,
+                        "workers": workers,
+                        "turns": turns,
+                        "seconds": round(elapsed, 1),
+                        "turns_per_s": round(turns / elapsed, 1),
+                        "chunks": stats["chunks"],
+                        "backlog_after": backlog,
+                    }
+                )
+                print(json.dumps(results[-1]), flush=True)
+                cleanup(args, backend, url)
+    return results
+
+
+def probes_of(memory: Memory, chunks: int, count: int, dimension: int) -> list[Any]:
+    rng = random.Random(3)
+    out = []
+    store = memory.store
+    for rowid in (rng.randrange(1, chunks + 1) for _ in range(count)):
+        row = store.chunk_fingerprints(
+            "default", [f"chk_{rowid - 1:012d}"]
+        )  # (sha, model, vector bytes)
+        (_, _, blob) = next(iter(row.values()))
+        vector = np.frombuffer(blob, dtype=np.float32).copy()
+        noise = np.random.default_rng(rowid).standard_normal(dimension).astype(np.float32)
+        vector += 0.3 * noise / dimension**0.5
+        vector /= np.linalg.norm(vector)
+        text, meta = (
+            store._db()
+            .execute(
+                "SELECT text, conversation_id FROM chunks WHERE tenant='default' AND chunk_id=?",
+                (f"chk_{rowid - 1:012d}",),
+            )
+            .fetchone()
+        )
+        out.append((" ".join(text.split()[:6]) or "hello", vector, meta))
+    return out
+
+
+def bench_search(args: argparse.Namespace) -> list[dict[str, Any]]:
+    results = []
+    with tempfile.TemporaryDirectory(dir=args.scratch) as folder:
+        for backend, url in urls(args, folder, "search"):
+            began = time.perf_counter()
+            index_seconds = None
+            if backend == "postgres":
+                with Memory.open(url, embedder=HashingEmbedder(args.dimension), workers=0) as m:
+                    m.store.drop_vector_index()  # type: ignore[attr-defined]
+                build_store(url, args.chunks, args.dimension, args.per_conversation)
+                load_seconds = time.perf_counter() - began
+                with Memory.open(url, embedder=HashingEmbedder(args.dimension), workers=0) as m:
+                    began = time.perf_counter()
+                    m.store.build_vector_index(memory=args.index_memory)  # type: ignore[attr-defined]
+                    index_seconds = time.perf_counter() - began
+                    with m.store._write() as conn:
+                        conn.execute("ANALYZE chunks")
+            else:
+                build_store(
+                    url.removeprefix("sqlite:///"),
+                    args.chunks,
+                    args.dimension,
+                    args.per_conversation,
+                )
+                load_seconds = time.perf_counter() - began
+            print(f"{backend}: loaded {args.chunks} chunks in {load_seconds:.0f}s", flush=True)
+            with Memory.open(
+                url, embedder=HashingEmbedder(args.dimension), workers=0, ann_min_rows=0
+            ) as memory:
+                began = time.perf_counter()
+                memory.search(
+                    "warm up",
+                    top_k=1,
+                    query_vector=np.ones(args.dimension, np.float32) / args.dimension**0.5,
+                )
+                if backend == "sqlite":
+                    index_seconds = time.perf_counter() - began  # HNSW sidecar built on first use
+                memory.search(
+                    "预热 分词", top_k=1, mode="lexical", filters={"conversation_id": "conv0"}
+                )
+                probes = probes_of(memory, args.chunks, args.queries, args.dimension)
+                filtered, tenant_wide = [], []
+                for query, vector, conversation in probes:
+                    t0 = time.perf_counter()
+                    memory.search(
+                        query,
+                        top_k=10,
+                        query_vector=vector,
+                        filters={"conversation_id": conversation},
+                    )
+                    filtered.append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    memory.search(query, top_k=10, query_vector=vector)
+                    tenant_wide.append(time.perf_counter() - t0)
+                recall, exact_times = [], []
+                spec = parse_filters(None, tenant="default")
+                for _, vector, _ in probes[: args.recall_probes]:
+                    approx = {
+                        h.chunk_id
+                        for h in memory.search("x", top_k=10, query_vector=vector, mode="vector")
+                    }
+                    t0 = time.perf_counter()
+                    if backend == "postgres":
+                        exact = memory.store.scan_vectors("default", spec, vector, 10, exact=True)  # type: ignore[call-arg]
+                    else:
+                        exact = memory.store.scan_vectors("default", spec, vector, 10)
+                    exact_times.append(time.perf_counter() - t0)
+                    rows = memory.store.load_rows("default", [rowid for rowid, _ in exact])
+                    recall.append(len(approx & {rows[r][0] for r, _ in exact}) / 10)
+                size = memory.store._size_bytes()
+            results.append(
+                {
+                    "backend": backend,
+                    "chunks": args.chunks,
+                    "dimension": args.dimension,
+                    "bulk_load_seconds": round(load_seconds, 1),
+                    "vector_index_seconds": round(index_seconds or 0.0, 1),
+                    "filtered_ms_p50": round(pct(filtered, 0.5) * 1000, 2),
+                    "filtered_ms_p99": round(pct(filtered, 0.99) * 1000, 2),
+                    "tenant_wide_ms_p50": round(pct(tenant_wide, 0.5) * 1000, 2),
+                    "tenant_wide_ms_p99": round(pct(tenant_wide, 0.99) * 1000, 2),
+                    "hnsw_recall_at_10": round(statistics.mean(recall), 4) if recall else None,
+                    "recall_probes": len(recall),
+                    "exact_ms_p50": round(pct(exact_times, 0.5) * 1000, 1) if exact_times else None,
+                    "store_mb": round(size / 2**20, 1),
+                }
+            )
+            print(json.dumps(results[-1]), flush=True)
+            cleanup(args, backend, url)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=["ingest", "search"])
+    parser.add_argument("--postgres", help="postgresql:// URL of a server with pgvector")
+    parser.add_argument("--keep", action="store_true", help="keep the PostgreSQL schemas")
+    parser.add_argument("--turns", type=int, default=20000)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--chunks", type=int, default=100000)
+    parser.add_argument("--dimension", type=int, default=384)
+    parser.add_argument("--per-conversation", type=int, default=200)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--recall-probes", type=int, default=30)
+    parser.add_argument("--index-memory", default="2GB", help="maintenance_work_mem for HNSW")
+    parser.add_argument("--scratch", help="folder for the SQLite files (default: temp)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    result = bench_ingest(args) if args.what == "ingest" else bench_search(args)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
