@@ -1046,32 +1046,11 @@ class SQLStore(GovernanceTables, KeyTables, StoryTables):
             ]
             self._tombstone_chunks(conn, tenant, rowids)
             rewind_from = self._cascade_delete(conn, tenant, conversation_id, start, end)
-            job_id = None
-            state = conn.execute(
-                "SELECT rewind_to, last_seq FROM conversations WHERE tenant=? AND conversation_id=?",
-                (tenant, conversation_id),
-            ).fetchone()
-            if state is not None and (rowids or turns_deleted):
-                rewind = rewind_from if state[0] is None else min(state[0], rewind_from)
-                conn.execute(
-                    "UPDATE conversations SET rewind_to=?, revision=revision+1 WHERE tenant=? AND "
-                    "conversation_id=?",
-                    (rewind, tenant, conversation_id),
-                )
-                job_id = conn.execute(
-                    "INSERT INTO jobs (tenant, conversation_id, min_seq, max_seq, status, "
-                    "next_retry_at, created_at, updated_at) VALUES (?,?,?,?,'pending',?,?,?) "
-                    "RETURNING job_id",
-                    (
-                        tenant,
-                        conversation_id,
-                        rewind_from,
-                        max(end, state[1] or end),
-                        now,
-                        now,
-                        now,
-                    ),
-                ).fetchone()[0]
+            job_id = (
+                self._rewind(conn, tenant, conversation_id, rewind_from, now)
+                if rowids or turns_deleted
+                else None
+            )
         return len(rowids), turns_deleted, job_id
 
     def reset_conversations(self, tenant: str, conversation_id: str | None = None) -> int:
