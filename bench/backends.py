@@ -173,6 +173,8 @@ def bench_search(args: argparse.Namespace) -> list[dict[str, Any]]:
                     args.per_conversation,
                 )
                 load_seconds = time.perf_counter() - began
+                with Memory.open(url, embedder=HashingEmbedder(args.dimension), workers=0) as m:
+                    m.store._after_purge()  # merge the bulk load's FTS5 segments, as purge does
             print(f"{backend}: loaded {args.chunks} chunks in {load_seconds:.0f}s", flush=True)
             with Memory.open(
                 url, embedder=HashingEmbedder(args.dimension), workers=0, ann_min_rows=0

@@ -501,20 +501,44 @@ class PostgresStore(SQLStore):
             ratio = (max(documents, found) - found + 0.5) / (found + 0.5)
             idf.append(max(math.log(ratio), 1e-6))
         where, params = self._live_clause(spec)
+        # Two stages: every matching row is ranked by the idf of the terms it holds (a
+        # cheap @@ per term, no unpacking), then exact BM25 with term frequencies is
+        # computed for the best few hundred only (unnesting every candidate's tsvector
+        # cost 3x more at 20k chunks).
+        present = " + ".join(["(c.tsv @@ CAST(? AS tsquery))::int * ?"] * len(terms))
+        present_params: list[Any] = []
+        for term, weight in zip(terms, idf, strict=True):
+            present_params.extend([_tsquery([term]), weight])
         rows = reader.execute(
             f"""
-            SELECT c.rowid, sum(q.idf * u.tf * 2.2 / (u.tf + 1.2 * (0.25 + 0.75 * c.ntokens / ?)))
-                AS score
-            FROM chunks c
+            WITH candidates AS (
+                SELECT c.rowid, c.ntokens, c.tsv, {present} AS present
+                FROM chunks c
+                WHERE c.tsv @@ CAST(? AS tsquery) AND {where}
+                ORDER BY present DESC, c.rowid LIMIT ?
+            )
+            SELECT d.rowid,
+                sum(q.idf * u.tf * 2.2 / (u.tf + 1.2 * (0.25 + 0.75 * d.ntokens / ?))) AS score
+            FROM candidates d
             CROSS JOIN LATERAL (
-                SELECT lexeme, cardinality(positions) AS tf FROM unnest(c.tsv)
+                SELECT lexeme, cardinality(positions) AS tf FROM unnest(d.tsv)
             ) AS u
             JOIN unnest(CAST(? AS text[]), CAST(? AS float8[])) AS q(term, idf)
                 ON q.term = u.lexeme
-            WHERE c.tsv @@ CAST(? AS tsquery) AND {where}
-            GROUP BY c.rowid ORDER BY score DESC, c.rowid LIMIT ?
+            GROUP BY d.rowid ORDER BY score DESC, d.rowid LIMIT ?
             """,
-            [max(mean, 1.0), terms, idf, _tsquery(terms), tenant, _now(), *params, limit],
+            [
+                *present_params,
+                _tsquery(terms),
+                tenant,
+                _now(),
+                *params,
+                max(limit * 4, 200),
+                max(mean, 1.0),
+                terms,
+                idf,
+                limit,
+            ],
         ).fetchall()
         return [(int(rowid), float(score)) for rowid, score in rows]
 
