@@ -47,8 +47,10 @@ def drop_schema(base: str, schema: str) -> None:
 
 
 def urls(args: argparse.Namespace, folder: str, tag: str) -> list[tuple[str, str]]:
-    out = [("sqlite", f"sqlite:///{folder}/{tag}.db")]
-    if args.postgres:
+    out = []
+    if "sqlite" in args.backends:
+        out.append(("sqlite", f"sqlite:///{folder}/{tag}.db"))
+    if args.postgres and "postgres" in args.backends:
         out.append(("postgres", pg_url(args.postgres, f"bench_{tag}_{uuid.uuid4().hex[:6]}")))
     return out
 
@@ -247,6 +249,9 @@ def main() -> int:
     parser.add_argument("what", choices=["ingest", "search"])
     parser.add_argument("--postgres", help="postgresql:// URL of a server with pgvector")
     parser.add_argument("--keep", action="store_true", help="keep the PostgreSQL schemas")
+    parser.add_argument(
+        "--backends", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"]
+    )
     parser.add_argument("--turns", type=int, default=20000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--chunks", type=int, default=100000)

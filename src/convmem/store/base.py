@@ -830,17 +830,18 @@ class SQLStore(GovernanceTables, KeyTables, StoryTables):
         ).fetchone()
         return int(row[0])
 
-    def _upsert_chunk(
-        self,
-        conn: Connection,
-        tenant: str,
-        item: IndexedChunk,
-        *,
-        origin: str,
-        model_id: str,
-        change: int,
-    ) -> bool:
-        """Insert or overwrite one chunk and its lexical row. Returns True when it existed."""
+    #: Chunk columns in the order of :meth:`_chunk_values`.
+    CHUNK_COLUMNS = (
+        "conversation_id, start_seq, end_seq, chunk_version, text, text_sha256, metadata, "
+        "participants, speakers, intent_tag, ts_start, ts_end, provisional, origin, "
+        "importance, category, expires_at, pinned, requires_confirmation, vector, model_id, "
+        "updated_at, change_seq"
+    )
+
+    def _chunk_values(
+        self, item: IndexedChunk, *, origin: str, model_id: str, change: int
+    ) -> tuple[Any, ...]:
+        """One chunk's column values, in ``CHUNK_COLUMNS`` order."""
         record = item.record
         meta = record.metadata
         ts_start = ts_end = None
@@ -850,10 +851,7 @@ class SQLStore(GovernanceTables, KeyTables, StoryTables):
         expires = datetime.fromisoformat(meta.expires_at).timestamp() if meta.expires_at else None
         vector = self._vector_param(item.vector)
         metadata_json = meta.model_dump_json()
-        existing = conn.execute(
-            "SELECT rowid FROM chunks WHERE tenant=? AND chunk_id=?", (tenant, record.chunk_id)
-        ).fetchone()
-        values = (
+        return (
             meta.conversation_id,
             meta.turn_range[0],
             meta.turn_range[1],
@@ -878,13 +876,27 @@ class SQLStore(GovernanceTables, KeyTables, StoryTables):
             _now(),
             change,
         )
+
+    def _upsert_chunk(
+        self,
+        conn: Connection,
+        tenant: str,
+        item: IndexedChunk,
+        *,
+        origin: str,
+        model_id: str,
+        change: int,
+    ) -> bool:
+        """Insert or overwrite one chunk and its lexical row. Returns True when it existed."""
+        record = item.record
+        values = self._chunk_values(item, origin=origin, model_id=model_id, change=change)
+        existing = conn.execute(
+            "SELECT rowid FROM chunks WHERE tenant=? AND chunk_id=?", (tenant, record.chunk_id)
+        ).fetchone()
         if existing is None:
             rowid = conn.execute(
-                "INSERT INTO chunks (conversation_id, start_seq, end_seq, chunk_version, text, "
-                "text_sha256, metadata, participants, speakers, intent_tag, ts_start, ts_end, "
-                "provisional, origin, importance, category, expires_at, pinned, "
-                "requires_confirmation, vector, model_id, updated_at, change_seq, tenant, "
-                "chunk_id, deleted) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                f"INSERT INTO chunks ({self.CHUNK_COLUMNS}, tenant, chunk_id, deleted) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
                 f"{self.VECTOR_PARAM},?,?,?,?,?,0) RETURNING rowid",
                 (*values, tenant, record.chunk_id),
             ).fetchone()[0]

@@ -35,6 +35,7 @@ from convmem.errors import InvalidInputError, StoreError
 from convmem.store.base import (
     MIGRATIONS,
     ClaimedJob,
+    IndexedChunk,
     SQLStore,
     _now,
 )
@@ -332,6 +333,30 @@ class PostgresStore(SQLStore):
                 f"((CAST(vector AS vector({dimension}))) vector_cosine_ops) "
                 f"WHERE vector_dims(vector) = {dimension}"
             )
+
+    def _upsert_chunk(
+        self,
+        conn: Connection,
+        tenant: str,
+        item: IndexedChunk,
+        *,
+        origin: str,
+        model_id: str,
+        change: int,
+    ) -> bool:
+        """One statement per chunk: insert, or overwrite in place with its ``tsvector``."""
+        columns = [c.strip() for c in self.CHUNK_COLUMNS.split(",")]
+        extra = ["tsv", "ntokens", "tenant", "chunk_id", "deleted"]
+        updates = ", ".join(f"{c} = excluded.{c}" for c in [*columns, "tsv", "ntokens", "deleted"])
+        values = self._chunk_values(item, origin=origin, model_id=model_id, change=change)
+        row = conn.execute(
+            f"INSERT INTO chunks ({', '.join(columns + extra)}) VALUES "
+            f"({', '.join(['?'] * len(columns))}, CAST(? AS tsvector), ?, ?, ?, 0) "
+            f"ON CONFLICT (tenant, chunk_id) DO UPDATE SET {updates} "
+            "RETURNING (xmax <> 0) AS existed",
+            (*values, _tsvector(item.tokens), len(item.tokens), tenant, item.record.chunk_id),
+        ).fetchone()
+        return bool(row[0])
 
     def claim_jobs(self, worker_id: str, *, limit: int, lease_seconds: float) -> list[ClaimedJob]:
         """Claim ready jobs without waiting on other workers' claims (``SKIP LOCKED``).
