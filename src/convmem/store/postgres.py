@@ -184,7 +184,7 @@ class PostgresStore(SQLStore):
     DIALECT = "postgres"
     native_vector_index = True
 
-    def __init__(self, url: str, *, pool_size: int = 10, ef_search: int = 100) -> None:
+    def __init__(self, url: str, *, pool_size: int = 10, ef_search: int = 200) -> None:
         try:
             import psycopg
             from pgvector.psycopg import register_vector
@@ -436,14 +436,16 @@ class PostgresStore(SQLStore):
         vector = np.asarray(query, dtype=np.float32)
         # The index holds only vectors of its dimension (the predicate below), so a
         # re-embedding with another model can rewrite rows while the old index exists.
+        # Exact: ordering by the bare column, which no index holds, makes PostgreSQL score
+        # every admitted row. One conversation (a few hundred rows, found through its
+        # b-tree index) is always scored exactly: walking the graph for them is far slower.
+        scan_all = exact or spec.conversation_id is not None
         column, same_model = "c.vector", "c.vector IS NOT NULL"
-        if self._dimension is not None and vector.shape == (self._dimension,):
+        if not scan_all and self._dimension is not None and vector.shape == (self._dimension,):
             column = f"CAST(c.vector AS vector({self._dimension}))"
             same_model = f"vector_dims(c.vector) = {self._dimension}"
         with self._write() as conn:
-            if exact:
-                conn.execute("SET LOCAL enable_indexscan = off")
-            else:
+            if not scan_all:
                 conn.execute(f"SET LOCAL hnsw.ef_search = {max(self._ef_search, min(limit, 1000))}")
                 conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             rows = conn.execute(
