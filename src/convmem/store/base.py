@@ -284,6 +284,11 @@ class SQLStore(GovernanceTables, KeyTables, StoryTables):
     #: True when the backend answers vector queries from its own index (no AnnIndex).
     native_vector_index = False
 
+    def __init__(self) -> None:
+        # document frequencies of query terms, see _selective_terms
+        self._term_cache: dict[str, int] = {}
+        self._term_cache_time = time.monotonic()
+
     # -- what a backend provides -----------------------------------------------------
 
     @property
@@ -383,15 +388,15 @@ class SQLStore(GovernanceTables, KeyTables, StoryTables):
 
     def _forget_terms(self) -> None:
         """Drop cached term statistics (after the lexical index was rebuilt)."""
-        if hasattr(self, "_term_cache"):
-            self._term_cache.clear()
+        self._term_cache.clear()
 
     def _term_counts(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
         """Documents holding each term (terms in no document may be left out)."""
         raise NotImplementedError
 
-    def _selective_terms(self, conn: Connection, terms: Sequence[str]) -> list[str]:
-        """The query's rarest terms within the postings budget (see LEXICAL_POSTINGS_BUDGET).
+    def _selective_terms(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
+        """The query's rarest terms within the postings budget (see LEXICAL_POSTINGS_BUDGET),
+        each with the number of chunks holding it, rarest first.
 
         Document frequencies are cached in-process for a few minutes: they only steer which
         terms are read, so a slightly stale count costs nothing in correctness. A term whose
@@ -399,9 +404,6 @@ class SQLStore(GovernanceTables, KeyTables, StoryTables):
         says little, and the vector side still answers).
         """
         now = time.monotonic()
-        if not hasattr(self, "_term_cache"):
-            self._term_cache: dict[str, int] = {}
-            self._term_cache_time = now
         if now - self._term_cache_time > TERM_CACHE_SECONDS:
             self._term_cache.clear()
             self._term_cache_time = now
@@ -412,14 +414,14 @@ class SQLStore(GovernanceTables, KeyTables, StoryTables):
             self._term_cache.update({term: int(count) for term, count in found.items()})
         counts = {t: self._term_cache.get(t, 0) for t in terms}
         present = sorted((count, t) for t, count in counts.items() if count)
-        chosen: list[str] = []
+        chosen: dict[str, int] = {}
         postings = 0
         for count, term in present:
             if count > 4 * LEXICAL_POSTINGS_BUDGET or (
                 chosen and postings + count > LEXICAL_POSTINGS_BUDGET
             ):
                 break
-            chosen.append(term)
+            chosen[term] = count
             postings += count
         return chosen
 
@@ -580,24 +582,31 @@ class SQLStore(GovernanceTables, KeyTables, StoryTables):
             logger.info("released %d jobs of dead workers", released)
         return released
 
+    #: Ready jobs whose conversation no other worker holds a live claim on.
+    READY_JOBS = """
+        SELECT job_id, tenant, conversation_id, min_seq, max_seq, attempts FROM jobs AS j
+        WHERE ((status = 'pending' AND next_retry_at <= ?)
+               OR (status = 'running' AND lease_until < ?))
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs AS o
+              WHERE o.tenant = j.tenant AND o.conversation_id = j.conversation_id
+                AND o.status = 'running' AND o.lease_until >= ?
+                AND o.claimed_by <> ?)
+        ORDER BY job_id LIMIT ?
+    """
+
+    def _claimable(
+        self, conn: Connection, rows: list[Any], worker_id: str, now: float
+    ) -> list[Any]:
+        """The candidate rows this worker may take (SQLite: all; one writer at a time)."""
+        return rows
+
     def claim_jobs(self, worker_id: str, *, limit: int, lease_seconds: float) -> list[ClaimedJob]:
         """Claim up to ``limit`` ready jobs, never two workers on one conversation."""
         now = _now()
         with self._write() as conn:
-            rows = conn.execute(
-                """
-                SELECT job_id, tenant, conversation_id, min_seq, max_seq, attempts FROM jobs AS j
-                WHERE ((status = 'pending' AND next_retry_at <= :now)
-                       OR (status = 'running' AND lease_until < :now))
-                  AND NOT EXISTS (
-                      SELECT 1 FROM jobs AS o
-                      WHERE o.tenant = j.tenant AND o.conversation_id = j.conversation_id
-                        AND o.status = 'running' AND o.lease_until >= :now
-                        AND o.claimed_by <> :worker)
-                ORDER BY job_id LIMIT :limit
-                """,
-                {"now": now, "limit": limit, "worker": worker_id},
-            ).fetchall()
+            rows = conn.execute(self.READY_JOBS, (now, now, now, worker_id, limit)).fetchall()
+            rows = self._claimable(conn, rows, worker_id, now)
             if rows:
                 conn.executemany(
                     "UPDATE jobs SET status='running', claimed_by=?, lease_until=?, updated_at=? "

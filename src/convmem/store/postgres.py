@@ -34,7 +34,6 @@ import numpy as np
 from convmem.errors import InvalidInputError, StoreError
 from convmem.store.base import (
     MIGRATIONS,
-    ClaimedJob,
     IndexedChunk,
     SQLStore,
     _now,
@@ -158,6 +157,11 @@ class _Reader:
             return conn.executemany(sql, parameters)
 
 
+def _lexeme(token: str) -> str:
+    """A quoted lexeme, as ``tsvector`` and ``tsquery`` literals both write it."""
+    return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
 def _tsvector(tokens: Sequence[str]) -> str:
     """A ``tsvector`` literal of already segmented tokens, keeping every position (tf)."""
     positions: dict[str, list[int]] = {}
@@ -165,16 +169,12 @@ def _tsvector(tokens: Sequence[str]) -> str:
         if token and len(token.encode("utf-8")) < 2000:
             positions.setdefault(token, []).append(min(index, 16383))
     return " ".join(
-        "'"
-        + token.replace("\\", "\\\\").replace("'", "''")
-        + "':"
-        + ",".join(map(str, spots[:256]))
-        for token, spots in positions.items()
+        f"{_lexeme(token)}:{','.join(map(str, spots[:256]))}" for token, spots in positions.items()
     )
 
 
 def _tsquery(terms: Sequence[str]) -> str:
-    return " | ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms)
+    return " | ".join(_lexeme(term) for term in terms)
 
 
 class PostgresStore(SQLStore):
@@ -196,6 +196,7 @@ class PostgresStore(SQLStore):
                 "The PostgreSQL backend needs psycopg, psycopg-pool and pgvector: "
                 "pip install 'convmem[postgres]'"
             ) from exc
+        super().__init__()
         self._conninfo, self.schema = _parse_url(url)
         self._public_url = _redact(url)
         self._ef_search = ef_search
@@ -225,7 +226,6 @@ class PostgresStore(SQLStore):
             name="convmem",
         )
         self._pool.wait(timeout=30.0)
-        self._psycopg_error: type[Exception] = psycopg.Error
         self._migrate()
         self._check_tokenizer()
         self._dimension = self._recorded_dimension()
@@ -268,10 +268,14 @@ class PostgresStore(SQLStore):
             (f"convmem-schema:{self.schema}",),
         )
 
+    def _conversation_key(self, tenant: str, conversation_id: str) -> str:
+        """The advisory-lock key of one conversation (writers and claims share it)."""
+        return f"{self.schema}\x1f{tenant}\x1f{conversation_id}"
+
     def _lock_conversation(self, conn: Connection, tenant: str, conversation_id: str) -> None:
         conn.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
-            (f"{self.schema}\x1f{tenant}\x1f{conversation_id}",),
+            (self._conversation_key(tenant, conversation_id),),
         )
 
     def _size_bytes(self) -> int:
@@ -360,56 +364,36 @@ class PostgresStore(SQLStore):
         ).fetchone()
         return bool(row[0])
 
-    def claim_jobs(self, worker_id: str, *, limit: int, lease_seconds: float) -> list[ClaimedJob]:
-        """Claim ready jobs without waiting on other workers' claims (``SKIP LOCKED``).
+    READY_JOBS = SQLStore.READY_JOBS + " FOR UPDATE SKIP LOCKED"
+
+    def _claimable(
+        self, conn: Connection, rows: list[Any], worker_id: str, now: float
+    ) -> list[Any]:
+        """Candidates whose conversation this worker can hold (``SKIP LOCKED`` picked them).
 
         A conversation is only ever worked by one worker: its advisory lock is tried (a
         busy conversation is skipped, not waited for) and, once held, the check for a
         live claim by another worker is repeated against the newest committed state.
         """
-        now = _now()
-        with self._write() as conn:
-            rows = conn.execute(
-                """
-                SELECT job_id, tenant, conversation_id, min_seq, max_seq, attempts FROM jobs AS j
-                WHERE ((status = 'pending' AND next_retry_at <= ?)
-                       OR (status = 'running' AND lease_until < ?))
-                  AND NOT EXISTS (
-                      SELECT 1 FROM jobs AS o
-                      WHERE o.tenant = j.tenant AND o.conversation_id = j.conversation_id
-                        AND o.status = 'running' AND o.lease_until >= ?
-                        AND o.claimed_by <> ?)
-                ORDER BY job_id LIMIT ? FOR UPDATE SKIP LOCKED
-                """,
-                (now, now, now, worker_id, limit),
-            ).fetchall()
-            usable: dict[tuple[str, str], bool] = {}
-            claimed = []
-            for row in rows:
-                key = (row[1], row[2])
-                if key not in usable:
-                    got = conn.execute(
-                        "SELECT pg_try_advisory_xact_lock(hashtextextended(?, 0))",
-                        (f"{self.schema}\x1f{key[0]}\x1f{key[1]}",),
-                    ).fetchone()[0]
-                    busy = (
-                        got
-                        and conn.execute(
-                            "SELECT 1 FROM jobs WHERE tenant=? AND conversation_id=? AND "
-                            "status='running' AND lease_until >= ? AND claimed_by <> ? LIMIT 1",
-                            (key[0], key[1], now, worker_id),
-                        ).fetchone()
-                    )
-                    usable[key] = bool(got) and not busy
-                if usable[key]:
-                    claimed.append(row)
-            if claimed:
-                conn.executemany(
-                    "UPDATE jobs SET status='running', claimed_by=?, lease_until=?, updated_at=? "
-                    "WHERE job_id=?",
-                    [(worker_id, now + lease_seconds, now, row[0]) for row in claimed],
-                )
-        return [ClaimedJob(*row) for row in claimed]
+        usable: dict[tuple[str, str], bool] = {}
+        for row in rows:
+            key = (row[1], row[2])
+            if key in usable:
+                continue
+            got = conn.execute(
+                "SELECT pg_try_advisory_xact_lock(hashtextextended(?, 0))",
+                (self._conversation_key(*key),),
+            ).fetchone()[0]
+            busy = (
+                got
+                and conn.execute(
+                    "SELECT 1 FROM jobs WHERE tenant=? AND conversation_id=? AND "
+                    "status='running' AND lease_until >= ? AND claimed_by <> ? LIMIT 1",
+                    (key[0], key[1], now, worker_id),
+                ).fetchone()
+            )
+            usable[key] = bool(got) and not busy
+        return [row for row in rows if usable[(row[1], row[2])]]
 
     # -- vectors -----------------------------------------------------------------------
 
@@ -534,13 +518,13 @@ class PostgresStore(SQLStore):
         if not unique:
             return []
         reader = self._db()
-        terms = self._selective_terms(reader, unique)
-        if not terms:
+        counts = self._selective_terms(reader, unique)
+        if not counts:
             return []
+        terms = list(counts)
         documents, mean = self._collection()
         idf = []
-        for term in terms:
-            found = self._term_cache[term]
+        for found in counts.values():
             # the collection count is cached and may trail a just-counted term
             ratio = (max(documents, found) - found + 0.5) / (found + 0.5)
             idf.append(max(math.log(ratio), 1e-6))

@@ -69,6 +69,7 @@ class SQLiteStore(SQLStore):
         self._lock = threading.Lock()
         self._closed = False
         self._write_lock = threading.Lock()
+        super().__init__()
         self._migrate()
         self._check_tokenizer()
 
@@ -213,7 +214,7 @@ class SQLiteStore(SQLStore):
         if spec.conversation_id is not None:
             return self._lexical_rows(tenant, spec, unique, limit)
         conn = self._db()
-        unique = self._selective_terms(conn, unique)
+        unique = list(self._selective_terms(conn, unique))
         if not unique:
             return []
         match = " OR ".join('"' + token.replace('"', '""') + '"' for token in unique)
