@@ -31,6 +31,7 @@ from convmem.embed import resolve_embedder
 from convmem.governance import KeepAllMarker, RuleMarker
 from convmem.ingest import ChunkingPolicy
 from convmem.ingest.formats import locomo_conversation
+from convmem.retrieve import PreRetrieval
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
 BUDGETS = (5, 10, 25)
@@ -170,18 +171,25 @@ def _madial(language: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, An
     return memories, dialogues
 
 
-def _dialogue_query(dialogue: dict[str, Any]) -> str:
+def _dialogue_turns(dialogue: dict[str, Any]) -> list[dict[str, str]]:
+    """The turns before the test turn, as ``{"role", "text"}`` (speaker tags taken off)."""
     test_turn = dialogue["test-turn"][0]
-    lines = []
+    turns = []
     for line in dialogue["dialogue"][1:test_turn]:
+        speaker = re.match(r"^<([^>]+)>:", line.strip())
         text = re.sub(r"^<[^>]+>:\s*", "", line.strip()).strip().strip('"').strip("“”")
         if text:
-            lines.append(text)
-    return "\n".join(lines)
+            role = "assistant" if speaker and speaker.group(1) == "Assistant" else "user"
+            turns.append({"role": role, "text": text})
+    return turns
 
 
 def run_madial(
-    language: str, embedder_spec: str, modes: list[str], workdir: Path
+    language: str,
+    embedder_spec: str,
+    modes: list[str],
+    workdir: Path,
+    query_views: list[str],
 ) -> dict[str, Any]:
     memories, dialogues = _madial(language)
     embedder = resolve_embedder(embedder_spec)
@@ -205,15 +213,33 @@ def run_madial(
         ]
         result = memory.upsert_chunks(records)
         assert not result.errors, result.errors[:3]
-        for mode in modes:
+        # query processing: the vector of the whole window, or the dialogue view (one vector
+        # per line pooled towards the newest, assistant lines at half weight)
+        views = {
+            view: PreRetrieval(
+                {"action": "multi_embed", "embedder": memory.embedding, "views": [view]}
+            )
+            for view in query_views
+        }
+        runs = [
+            (mode, view) for mode in modes for view in (query_views if mode != "lexical" else [""])
+        ]
+        for mode, view in runs:
             recalls: dict[int, list[float]] = {k: [] for k in (1, 5, 10)}
             latencies: list[float] = []
             for dialogue in dialogues:
                 relevant = {int(x) for x in dialogue["relevant-id"]}
                 if not relevant:
                     continue
-                query = _dialogue_query(dialogue)
-                query_vector = None if mode == "lexical" else memory.embed_query(query)
+                turns = _dialogue_turns(dialogue)
+                query = "\n".join(turn["text"] for turn in turns)
+                query_vector = (
+                    None
+                    if mode == "lexical"
+                    else views[view].execute({"question": query, "dialogue": turns})[
+                        "query_embedding"
+                    ]
+                )
                 started = time.perf_counter()
                 hits = memory.search(
                     query,
@@ -226,7 +252,7 @@ def run_madial(
                 ranked = [h.metadata["turn_range"][0] for h in hits]
                 for k in recalls:
                     recalls[k].append(len(relevant & set(ranked[:k])) / len(relevant))
-            results[mode] = {
+            results[f"{mode}/{view}" if view else mode] = {
                 "dialogues": len(recalls[5]),
                 **{f"R@{k}": round(statistics.mean(v), 4) for k, v in recalls.items()},
                 "search_ms_p50": round(statistics.median(latencies) * 1000, 3),
@@ -241,6 +267,13 @@ def main() -> int:
     parser.add_argument("--embedder", default="hashing")
     parser.add_argument("--modes", nargs="+", default=["hybrid", "vector", "lexical"])
     parser.add_argument("--only", choices=["locomo", "madial-zh", "madial-en"], nargs="*")
+    parser.add_argument(
+        "--query-views",
+        nargs="+",
+        choices=["full", "dialogue"],
+        default=["full", "dialogue"],
+        help="MADial query vectors: the whole window, or the pooled dialogue view",
+    )
     parser.add_argument("--vector-weight", type=float, default=None)
     parser.add_argument("--max-turns", type=int, default=4, help="turns per LoCoMo chunk")
     parser.add_argument(
@@ -262,10 +295,14 @@ def main() -> int:
         workdir = Path(folder)
         wanted = args.only or ["locomo", "madial-zh", "madial-en"]
         if "madial-zh" in wanted:
-            report["madial_zh"] = run_madial("zh", args.embedder, args.modes, workdir)
+            report["madial_zh"] = run_madial(
+                "zh", args.embedder, args.modes, workdir, args.query_views
+            )
             print(json.dumps({"madial_zh": report["madial_zh"]}, ensure_ascii=False), flush=True)
         if "madial-en" in wanted:
-            report["madial_en"] = run_madial("en", args.embedder, args.modes, workdir)
+            report["madial_en"] = run_madial(
+                "en", args.embedder, args.modes, workdir, args.query_views
+            )
             print(json.dumps({"madial_en": report["madial_en"]}, ensure_ascii=False), flush=True)
         if "locomo" in wanted:
             report["locomo"] = run_locomo(args.embedder, args.modes, workdir, marker=args.marker)

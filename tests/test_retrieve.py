@@ -116,6 +116,57 @@ def test_multi_embed_and_decompose() -> None:
     assert english == ["When does my passport expire", "where is the hotel"]
 
 
+def test_multi_embed_dialogue_view_pools_lines_towards_the_newest() -> None:
+    embedder = HashingEmbedder(64)
+    lines = ["Bart: 我喜欢画画", "Assistant: 你画过什么？", "Bart: 我画了一只小狗"]
+    out = PreRetrieval(
+        {"action": "multi_embed", "embedder": embedder, "views": ["full", "dialogue"]}
+    ).execute({"question": "\n".join(lines)})
+    rows = embedder.embed(["我喜欢画画", "你画过什么？", "我画了一只小狗"])
+    rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    # newest line 1, each earlier line 0.8 of the next; the assistant's line at half weight
+    pooled = 0.64 * rows[0] + 0.8 * 0.5 * rows[1] + rows[2]
+    assert np.allclose(out["query_embedding"], pooled / np.linalg.norm(pooled), atol=1e-6)
+    assert out["query_embeddings"]["dialogue"] == out["query_embedding"]
+    assert out["query_embeddings"]["full"] != out["query_embedding"]
+    # roles given as turns win over parsing; recency 1 and equal roles give the plain mean
+    flat = PreRetrieval(
+        {
+            "action": "multi_embed",
+            "embedder": embedder,
+            "views": ["dialogue"],
+            "recency": 1.0,
+            "role_weights": {"assistant": 1.0},
+        }
+    ).execute(
+        {
+            "question": "ignored for roles",
+            "dialogue": [
+                {"role": "user", "text": "我喜欢画画"},
+                {"role": "assistant", "text": "你画过什么？"},
+                {"role": "user", "text": "我画了一只小狗"},
+            ],
+        }
+    )
+    mean = rows.sum(axis=0)
+    assert np.allclose(flat["query_embedding"], mean / np.linalg.norm(mean), atol=1e-6)
+    with pytest.raises(InvalidInputError) as caught:
+        PreRetrieval(
+            {
+                "action": "multi_embed",
+                "embedder": embedder,
+                "views": ["full"],
+                "query_view": "lines",
+            }
+        ).execute({"question": "x"})
+    assert caught.value.field == "query_view"
+    with pytest.raises(InvalidInputError) as caught:
+        PreRetrieval(
+            {"action": "multi_embed", "embedder": embedder, "views": ["dialogue"], "recency": 0}
+        ).execute({"question": "x"})
+    assert caught.value.field == "recency"
+
+
 def test_validate() -> None:
     ok = PreRetrieval({"action": "validate"}).execute({"question": "  护照\u3000过期  "})
     assert ok["valid"] and ok["question"] == "护照 过期"

@@ -222,6 +222,33 @@ def test_ordering_and_ties(backend_url: str) -> None:
             assert order == ["t2", "t0", "t3", "t1"], mode
 
 
+def test_repeated_query_terms_weigh_more(backend_url: str) -> None:
+    """A dialogue-window query keeps returning to what matters: a word said three times
+    outranks one said once, within a conversation and across the tenant."""
+    records = [
+        chunk("dog", "the dog sleeps", turns=(0, 0)),  # written first: wins any tie
+        chunk("cat", "the cat sleeps", turns=(1, 1)),
+        chunk("fox", "a fox runs", turns=(2, 2)),
+    ]
+    query = "my cat\nthe cat again\nthat cat and a dog"
+    with opened(backend_url) as memory:
+        memory.upsert_chunks(records)
+        for filters in ({"conversation_id": "c1"}, None):
+            hits = memory.search(query, top_k=3, filters=filters, mode="lexical")
+            assert [hit.chunk_id for hit in hits][:2] == ["cat", "dog"], filters
+
+
+def test_cjk_bigrams_find_words_segmented_differently(backend_url: str) -> None:
+    with opened(backend_url) as memory:
+        memory.upsert_chunks(
+            [chunk("trip", "我们去鼓浪屿看海"), chunk("other", "我们去公园看花", turns=(2, 3))]
+        )
+        for filters in ({"conversation_id": "c1"}, None):
+            # jieba reads the query as one word that the document's segmentation lacks
+            hits = memory.search("浪屿", top_k=2, filters=filters, mode="lexical")
+            assert [hit.chunk_id for hit in hits] == ["trip"], filters
+
+
 def test_delete_by_range_is_final(backend_url: str) -> None:
     texts = [f"turn {i} mentions codeword{i}" for i in range(12)]
     with opened(backend_url) as memory:

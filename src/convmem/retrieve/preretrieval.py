@@ -12,7 +12,11 @@
   ``instruction`` (``embedding_text``). With ``llm`` the rewrite is asked of a chat
   endpoint, falling back to the rules.
 - ``multi_embed``: ``query_embeddings`` for the ``views`` ``full``, ``keywords``,
-  ``last_line`` and ``lines``.
+  ``last_line``, ``lines`` and ``dialogue`` (for a query that is a dialogue window: one
+  vector per line, pooled with weights that decay by ``recency`` per line back from the
+  newest and shrink by ``role_weights``; roles come from ``data["dialogue"]`` or from
+  ``speaker: text`` lines). ``query_view`` names the view that becomes
+  ``query_embedding`` (default ``dialogue`` when asked for, else ``full``).
 - ``decompose``: ``sub_queries`` split at conjunctions and question marks (or by ``llm``).
 - ``route``: ``retrieval_hints`` (see :mod:`convmem.retrieve.routing`).
 - ``validate``: ``valid`` and ``validation_errors``; ``strict: true`` raises instead.
@@ -25,6 +29,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from convmem.chat import ChatClient, ChatError
 from convmem.embed import Embedder, resolve_embedder
@@ -42,6 +48,8 @@ _FILLER = re.compile(
     r"do you remember|can you remember|can you tell me|please tell me|i want to know)[，,\s]*",
     re.IGNORECASE,
 )
+_SPEAKER = re.compile(r"^\s*<?([^<>:：\n]{1,32}?)>?\s*[:：]\s*(.+)$")
+ASSISTANT_ROLES = frozenset({"assistant", "ai", "bot", "agent", "助手", "助理", "system"})
 _SPLIT = re.compile(
     r"[？?；;]|(?:，|,)?\s*(?:还有|以及|另外|并且|而且|and also|also|as well as)\s*"
 )
@@ -155,9 +163,14 @@ class PreRetrieval:
     ) -> dict[str, Any]:
         question = data["question"]
         lines = [line.strip() for line in question.splitlines() if line.strip()] or [question]
+        requested = list(step.get("views", ["full", "keywords", "last_line"]))
         views: dict[str, str | list[str]] = {}
-        for view in step.get("views", ["full", "keywords", "last_line"]):
-            if view == "full":
+        turns: list[tuple[str, str]] = []
+        for view in requested:
+            if view == "dialogue":
+                turns = _dialogue_turns(data, lines)
+                views["dialogue"] = [text for _, text in turns]
+            elif view == "full":
                 views["full"] = question
             elif view == "keywords":
                 views["keywords"] = " ".join(keywords(words(question), limit=8)) or question
@@ -167,9 +180,17 @@ class PreRetrieval:
                 views["lines"] = lines
             else:
                 raise InvalidInputError(
-                    f"unknown multi_embed view {view!r}; use full, keywords, last_line, lines",
+                    f"unknown multi_embed view {view!r}; use full, keywords, last_line, "
+                    "lines, dialogue",
                     field="views",
                 )
+        primary = step.get("query_view", "dialogue" if "dialogue" in views else "full")
+        if primary not in views or primary == "lines":
+            raise InvalidInputError(
+                f"query_view {primary!r} must be one of the single-vector views asked for "
+                f"({', '.join(v for v in views if v != 'lines')}); add it to views",
+                field="query_view",
+            )
         flat: list[tuple[str, str]] = []
         for name, value in views.items():
             for text in value if isinstance(value, list) else [value]:
@@ -177,12 +198,19 @@ class PreRetrieval:
         vectors = _vectors(self._embedders[index], [clean_text(t) or t for _, t in flat])
         out: dict[str, Any] = {}
         for (name, _), vector in zip(flat, vectors, strict=True):
-            if isinstance(views[name], list):
+            if isinstance(views[name], list) and name != "dialogue":
                 out.setdefault(name, []).append(vector)
+            elif name == "dialogue":
+                out.setdefault("_dialogue", []).append(vector)
             else:
                 out[name] = vector
+        if "dialogue" in views:
+            out["dialogue"] = _pool_dialogue(out.pop("_dialogue"), turns, step)
         data["query_embeddings"] = out
-        data.setdefault("query_embedding", out.get("full") or vectors[0])
+        if "query_view" in step or primary == "dialogue":
+            data["query_embedding"] = out[primary]
+        else:  # an earlier embedding step's vector stands
+            data.setdefault("query_embedding", out[primary])
         return data
 
     def _decompose(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
@@ -240,3 +268,44 @@ class PreRetrieval:
         if not errors:
             data["question"] = clean_text(question) or question
         return data
+
+
+def _dialogue_turns(data: Mapping[str, Any], lines: list[str]) -> list[tuple[str, str]]:
+    """``(role, text)`` per line: from ``data["dialogue"]`` when given, else from the
+    question's ``speaker: text`` lines (a line without a speaker counts as the user's)."""
+    given = data.get("dialogue")
+    if given is not None:
+        if not isinstance(given, list) or not all(
+            isinstance(t, Mapping) and isinstance(t.get("text"), str) for t in given
+        ):
+            raise InvalidInputError(
+                'dialogue must be a list of {"role": ..., "text": ...}', field="dialogue"
+            )
+        turns = [(str(t.get("role", "user")), t["text"]) for t in given if t["text"].strip()]
+    else:
+        turns = []
+        for line in lines:
+            match = _SPEAKER.match(line)
+            turns.append((match.group(1).strip(), match.group(2)) if match else ("user", line))
+    return turns or [("user", data["question"])]
+
+
+def _pool_dialogue(
+    vectors: list[list[float]], turns: list[tuple[str, str]], step: Mapping[str, Any]
+) -> list[float]:
+    """The weighted mean of the lines' vectors, normalised: the newest line weighs 1, each
+    earlier one ``recency`` times the next; a role's lines are scaled by its weight
+    (assistant-like roles 0.5 unless ``role_weights`` says otherwise)."""
+    recency = float(step.get("recency", 0.8))
+    if not 0 < recency <= 1:
+        raise InvalidInputError(f"recency must be in (0, 1], got {recency}", field="recency")
+    role_weights = {str(k).casefold(): float(v) for k, v in step.get("role_weights", {}).items()}
+    matrix = np.asarray(vectors, dtype=np.float64)
+    weights = np.empty(len(turns))
+    for position, (role, _) in enumerate(turns):
+        role = role.casefold()
+        default = 0.5 if role in ASSISTANT_ROLES else 1.0
+        weights[position] = recency ** (len(turns) - 1 - position) * role_weights.get(role, default)
+    pooled = weights @ matrix
+    norm = float(np.linalg.norm(pooled))
+    return [float(x) for x in (pooled / norm if norm > 0 else matrix[-1])]

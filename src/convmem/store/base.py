@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -153,6 +154,10 @@ UPSERT_META = "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 # their postings reach this budget (the rarest is always kept); the common words left out
 # add the least to the ranking and most of the cost.
 LEXICAL_POSTINGS_BUDGET = 8000
+# Distinct query terms read by an index-wide lexical search, and by one scored over a
+# single conversation's rows (cheap: a few hundred rows, so a whole dialogue window fits).
+QUERY_TERMS = 64
+CONVERSATION_QUERY_TERMS = 256
 TERM_CACHE_SECONDS = 300.0
 
 
@@ -221,6 +226,21 @@ def text_digest(text: str) -> str:
 
 def _now() -> float:
     return time.time()
+
+
+def query_terms(tokens: Sequence[str], limit: int) -> dict[str, float]:
+    """The query's distinct terms with their BM25 query weights, at most ``limit`` of them.
+
+    A term said n times weighs ``1 + ln n``: a long query (a dialogue window) keeps what
+    it keeps coming back to without letting one word drown the rest. Past ``limit``,
+    the most repeated terms are kept, earlier ones first among equals.
+    """
+    counts: dict[str, int] = {}
+    for token in tokens:
+        if token:
+            counts[token] = counts.get(token, 0) + 1
+    kept = sorted(counts, key=lambda term: -counts[term])[:limit]  # stable: first seen first
+    return {term: 1.0 + math.log(counts[term]) for term in kept}
 
 
 def worker_identity() -> str:

@@ -33,10 +33,13 @@ import numpy as np
 
 from convmem.errors import InvalidInputError, StoreError
 from convmem.store.base import (
+    CONVERSATION_QUERY_TERMS,
     MIGRATIONS,
+    QUERY_TERMS,
     IndexedChunk,
     SQLStore,
     _now,
+    query_terms,
 )
 from convmem.store.dbapi import Connection, Cursor
 from convmem.store.filters import FilterSpec
@@ -512,22 +515,25 @@ class PostgresStore(SQLStore):
 
         Term frequencies come from the stored positions; document frequencies and the
         collection size from the whole index (as FTS5 does), so scores do not depend on
-        the filter. The rarest terms within the postings budget are read.
+        the filter. The rarest terms within the postings budget are read; repeated query
+        terms weigh more (:func:`query_terms`).
         """
-        unique = list(dict.fromkeys(token for token in tokens if token))[:64]
-        if not unique:
+        weights = query_terms(
+            tokens, CONVERSATION_QUERY_TERMS if spec.conversation_id is not None else QUERY_TERMS
+        )
+        if not weights:
             return []
         reader = self._db()
-        counts = self._selective_terms(reader, unique)
+        counts = self._selective_terms(reader, list(weights))
         if not counts:
             return []
         terms = list(counts)
         documents, mean = self._collection()
         idf = []
-        for found in counts.values():
+        for term, found in counts.items():
             # the collection count is cached and may trail a just-counted term
             ratio = (max(documents, found) - found + 0.5) / (found + 0.5)
-            idf.append(max(math.log(ratio), 1e-6))
+            idf.append(max(math.log(ratio), 1e-6) * weights[term])
         where, params = self._live_clause(spec)
         # Two stages: every matching row is ranked by the idf of the terms it holds (a
         # cheap @@ per term, no unpacking), then exact BM25 with term frequencies is

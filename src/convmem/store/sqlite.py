@@ -19,7 +19,9 @@ import numpy as np
 
 from convmem.errors import StoreError
 from convmem.store.base import (
+    CONVERSATION_QUERY_TERMS,
     MIGRATIONS,
+    QUERY_TERMS,
     ClaimedJob,
     ConversationState,
     IndexBatch,
@@ -28,6 +30,7 @@ from convmem.store.base import (
     StoredTurn,
     _now,
     _select_in,
+    query_terms,
     text_digest,
     worker_identity,
 )
@@ -204,20 +207,25 @@ class SQLiteStore(SQLStore):
         """BM25 over segmented tokens under the filter. Score: higher is better.
 
         Within one conversation the conversation's own rows are scored directly (a few
-        hundred rows; BM25 statistics from the conversation). Across a tenant, FTS5 ranks
+        hundred rows; BM25 statistics from the conversation; repeated query terms weigh
+        more, see :func:`query_terms`). Across a tenant, FTS5 ranks
         the whole index and candidates are then checked against the filter, widening the
         window until enough pass.
         """
-        unique = list(dict.fromkeys(token for token in tokens if token))[:64]
-        if not unique:
-            return []
         if spec.conversation_id is not None:
-            return self._lexical_rows(tenant, spec, unique, limit)
+            terms = query_terms(tokens, CONVERSATION_QUERY_TERMS)
+            return self._lexical_rows(tenant, spec, terms, limit) if terms else []
         conn = self._db()
-        unique = list(self._selective_terms(conn, unique))
+        weights = query_terms(tokens, QUERY_TERMS)
+        unique = list(self._selective_terms(conn, list(weights)))
         if not unique:
             return []
-        match = " OR ".join('"' + token.replace('"', '""') + '"' for token in unique)
+        # FTS5's bm25() sums over the query's phrases, so a phrase given twice counts
+        # twice: query weights are applied rounded to whole repeats
+        match = " OR ".join(
+            " OR ".join(['"' + token.replace('"', '""') + '"'] * round(weights[token]))
+            for token in unique
+        )
         window = max(limit * 4, 200)
         while True:
             rows = conn.execute(
@@ -232,7 +240,7 @@ class SQLiteStore(SQLStore):
             window *= 4
 
     def _lexical_rows(
-        self, tenant: str, spec: FilterSpec, terms: Sequence[str], limit: int
+        self, tenant: str, spec: FilterSpec, terms: dict[str, float], limit: int
     ) -> list[tuple[int, float]]:
         where, params = self._live_clause(spec)
         rows = (
@@ -269,7 +277,7 @@ class SQLiteStore(SQLStore):
             (
                 rowid,
                 sum(
-                    idf[t] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average))
+                    terms[t] * idf[t] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average))
                     for t, tf in counts.items()
                 ),
             )

@@ -3,7 +3,9 @@
 One function, :func:`tokenize`, is used for both documents and queries so the two sides
 always agree. Text is folded with NFKC and casefolded; runs of CJK characters go through
 jieba's search-mode segmentation (which also emits the shorter words inside long ones),
-everything else splits into letter/digit words. Stop words are dropped. Lines are
+everything else splits into letter/digit words. Stop words are dropped. Search tokens
+also carry the character bigrams of each CJK run, so that differently segmented
+paraphrases and words jieba does not know ("冰淇淋店" / "淇淋") still meet. Lines are
 segmented independently and cached, so a turn that appears in several overlapping chunks
 is segmented once.
 """
@@ -244,7 +246,7 @@ ZH_STOPWORDS = frozenset(
 )
 STOPWORDS = EN_STOPWORDS | ZH_STOPWORDS
 # Bump when search tokens change: stores rebuild their lexical index on open.
-TOKENIZER_VERSION = 3
+TOKENIZER_VERSION = 4
 # Conversational filler: searchable, but never a chunk's topic.
 KEYWORD_FILLER = frozenset(
     [
@@ -374,9 +376,16 @@ def fold(text: str) -> str:
     return text.translate(_t2s_table())
 
 
+_CJK_RUN = re.compile(rf"[{_CJK}]{{2,}}")
+
+
 @lru_cache(maxsize=131072)
 def _tokenize_line(line: str) -> tuple[str, ...]:
-    return tuple(stem(token) for token in _words_line(fold(line)))
+    folded = fold(line)
+    tokens = [stem(token) for token in _words_line(folded)]
+    for run in _CJK_RUN.findall(_normalise(folded)):
+        tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return tuple(tokens)
 
 
 _user_dict_digest = ""
@@ -413,7 +422,8 @@ def words(text: str) -> list[str]:
 
 
 def tokenize(text: str) -> list[str]:
-    """Search tokens: :func:`words` with English words stemmed ("painted" -> "paint").
+    """Search tokens: :func:`words` with English words stemmed ("painted" -> "paint"),
+    then the character bigrams of each CJK run.
 
     The lexical index and queries both use this; changing it means a new
     ``TOKENIZER_VERSION`` (stores rebuild their lexical index when they open).
