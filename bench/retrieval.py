@@ -36,6 +36,7 @@ from convmem.retrieve import PreRetrieval
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
 BUDGETS = (5, 10, 25)
 VECTOR_WEIGHT: float | None = None
+FUSION = "rrf"
 MAX_TURNS = 4
 
 
@@ -75,6 +76,7 @@ def run_locomo(
         embedder=embedder,
         workers=1,
         vector_weight=VECTOR_WEIGHT,
+        fusion=FUSION,
         marker=KeepAllMarker() if marker == "keep-all" else RuleMarker(),
         policy=policy,
         chunking=ChunkingPolicy(max_turns=MAX_TURNS, version=MAX_TURNS),
@@ -199,6 +201,7 @@ def run_madial(
         embedder=embedder,
         workers=0,
         vector_weight=VECTOR_WEIGHT,
+        fusion=FUSION,
     ) as memory:
         records = [
             {
@@ -275,6 +278,7 @@ def main() -> int:
         help="MADial query vectors: the whole window, or the pooled dialogue view",
     )
     parser.add_argument("--vector-weight", type=float, default=None)
+    parser.add_argument("--fusion", choices=["rrf", "convex"], default="rrf")
     parser.add_argument("--max-turns", type=int, default=4, help="turns per LoCoMo chunk")
     parser.add_argument(
         "--marker",
@@ -284,13 +288,19 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    global VECTOR_WEIGHT, MAX_TURNS
+    global VECTOR_WEIGHT, MAX_TURNS, FUSION
     VECTOR_WEIGHT = args.vector_weight
+    FUSION = args.fusion
     MAX_TURNS = args.max_turns
     if not DATA.is_dir():
         print(f"evaluation data not found at {DATA}", file=sys.stderr)
         return 2
-    report: dict[str, Any] = {"embedder": args.embedder, "marker": args.marker}
+    report: dict[str, Any] = {
+        "embedder": args.embedder,
+        "marker": args.marker,
+        "fusion": args.fusion,
+        "vector_weight": args.vector_weight,
+    }
     with tempfile.TemporaryDirectory() as folder:
         workdir = Path(folder)
         wanted = args.only or ["locomo", "madial-zh", "madial-en"]

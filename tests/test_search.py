@@ -414,6 +414,36 @@ def test_search_modes_and_precomputed_vectors(trip: Memory) -> None:
         trip.search("吉他", mode="fuzzy")
 
 
+def test_convex_fusion_keeps_score_gaps_that_rank_fusion_loses() -> None:
+    from convmem.service import _convex, _rrf
+
+    # BM25 barely prefers row 1 over row 2; the vector side strongly prefers row 2
+    lexical = [(1, 10.0), (2, 9.9), (3, 1.0)]
+    vector = [(2, 0.9), (1, 0.2), (3, 0.1)]
+    ranked_by_rank = [rowid for rowid, _ in _rrf([(1.0, vector), (1.0, lexical)])]
+    ranked_by_score = _convex([(1.0, vector), (1.0, lexical)])
+    assert ranked_by_rank[0] == 1  # a tie in ranks, broken by row order
+    assert [rowid for rowid, _ in ranked_by_score] == [2, 1, 3]
+    assert ranked_by_score[0][1] == pytest.approx((1.0 + 8.9 / 9.0) / 2)
+    # weights tilt it back, and a row missing from one list scores 0 there
+    tilted = _convex([(0.01, vector), (1.0, [*lexical, (4, 0.5)])])
+    assert [rowid for rowid, _ in tilted][:2] == [1, 2] and tilted[-1][0] == 4
+
+
+def test_convex_fusion_searches_and_bad_fusion_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        Memory.open(str(tmp_path / "x.db"), embedder=HashingEmbedder(), fusion="max")
+    assert caught.value.field == "fusion"
+    with Memory.open(
+        str(tmp_path / "c.db"), embedder=HashingEmbedder(), fusion="convex", workers=0
+    ) as memory:
+        memory.add_turns("trip", make_turns(TRIP))
+        memory.run_pending()
+        hits = memory.search("我在学什么乐器", top_k=3)
+        assert "吉他" in hits[0].text and hits[0].score <= 1.0
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
 def test_overlapping_chunks_are_not_repeated(memory: Memory) -> None:
     def record(chunk_id: str, start: int, end: int, text: str) -> dict[str, Any]:
         return {

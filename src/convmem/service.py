@@ -132,6 +132,7 @@ class _Engine:
     ann_lock: threading.Lock = field(default_factory=threading.Lock)
     ann_min_rows: int = 20000
     vector_weight: float = 1.0
+    fusion: str = "rrf"
     marker: Marker = field(default_factory=RuleMarker)
     policy: GovernancePolicy = field(default_factory=GovernancePolicy)
     sweep_seconds: float = 60.0
@@ -221,6 +222,7 @@ class Memory:
         model_cache_dir: Path | None = None,
         ann_min_rows: int = 20000,
         vector_weight: float | None = None,
+        fusion: str = "rrf",
         marker: Marker | None = None,
         policy: GovernancePolicy | Mapping[str, Any] | str | Path | None = None,
         sweep_seconds: float = 60.0,
@@ -242,6 +244,10 @@ class Memory:
             vector_weight: weight of the vector ranking against BM25 (weight 1) in the fusion.
                 None: 1.0 for neural embedders, 0.15 for the hashing embedder, whose vectors
                 are a noisier lexical signal (see bench/README.md).
+            fusion: how hybrid search joins the two rankings: ``"rrf"`` (weighted
+                reciprocal rank, the default) or ``"convex"`` (the weighted mean of each
+                side's min-max normalised scores; it keeps how far apart the scores are,
+                which ranks alone lose).
             ann_min_rows: tenant-wide searches use the HNSW index once a tenant has this many
                 vectors; below it they scan exactly.
             marker: the Stage 2 marker (default :class:`~convmem.governance.RuleMarker`;
@@ -258,6 +264,10 @@ class Memory:
             EmbeddingMismatchError: the store holds vectors from another model or dimension.
         """
         _check_tenant(tenant)
+        if fusion not in ("rrf", "convex"):
+            raise InvalidInputError(
+                f"fusion must be 'rrf' or 'convex', got {fusion!r}", field="fusion"
+            )
         product_policy = load_policy(policy)
         if user_dict is not None:
             load_user_dict(user_dict)
@@ -296,6 +306,7 @@ class Memory:
                 if vector_weight is not None
                 else (0.15 if embedder.model_id.startswith("hashing") else 1.0)
             ),
+            fusion=fusion,
             marker=marker if marker is not None else RuleMarker(),
             policy=product_policy,
             sweep_seconds=sweep_seconds,
@@ -769,7 +780,8 @@ class Memory:
         if mode != "vector":
             lexical = self._engine.store.lexical(self._tenant, spec, tokenize(query), pool)
             rankings.append((1.0, lexical))
-        window = _rrf(rankings)[: top_k * 2 + 10]
+        fuse = _convex if self._engine.fusion == "convex" else _rrf
+        window = fuse(rankings)[: top_k * 2 + 10]
         rows = self._engine.store.load_rows(self._tenant, [rowid for rowid, _ in window])
         hits = [
             Hit(
@@ -1288,6 +1300,26 @@ def _rrf(rankings: Sequence[tuple[float, Sequence[tuple[int, float]]]]) -> list[
     best = sum(weight for weight, ranking in rankings if ranking) / (RRF_K + 1) or 1.0
     return sorted(
         ((rowid, score / best) for rowid, score in scores.items()), key=lambda x: (-x[1], x[0])
+    )
+
+
+def _convex(
+    rankings: Sequence[tuple[float, Sequence[tuple[int, float]]]],
+) -> list[tuple[int, float]]:
+    """Weighted mean of each ranking's min-max normalised scores (a row missing from a
+    ranking scores 0 there); the best row of every list scores 1.0."""
+    scores: dict[int, float] = {}
+    for weight, ranking in rankings:
+        if not ranking:
+            continue
+        low = min(score for _, score in ranking)
+        span = max(score for _, score in ranking) - low
+        for rowid, score in ranking:
+            share = (score - low) / span if span > 0 else 1.0
+            scores[rowid] = scores.get(rowid, 0.0) + weight * share
+    total = sum(weight for weight, ranking in rankings if ranking) or 1.0
+    return sorted(
+        ((rowid, score / total) for rowid, score in scores.items()), key=lambda x: (-x[1], x[0])
     )
 
 
