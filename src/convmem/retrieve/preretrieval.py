@@ -163,10 +163,9 @@ class PreRetrieval:
     ) -> dict[str, Any]:
         question = data["question"]
         lines = [line.strip() for line in question.splitlines() if line.strip()] or [question]
-        requested = list(step.get("views", ["full", "keywords", "last_line"]))
         views: dict[str, str | list[str]] = {}
         turns: list[tuple[str, str]] = []
-        for view in requested:
+        for view in step.get("views", ["full", "keywords", "last_line"]):
             if view == "dialogue":
                 turns = _dialogue_turns(data, lines)
                 views["dialogue"] = [text for _, text in turns]
@@ -198,14 +197,12 @@ class PreRetrieval:
         vectors = _vectors(self._embedders[index], [clean_text(t) or t for _, t in flat])
         out: dict[str, Any] = {}
         for (name, _), vector in zip(flat, vectors, strict=True):
-            if isinstance(views[name], list) and name != "dialogue":
+            if isinstance(views[name], list):
                 out.setdefault(name, []).append(vector)
-            elif name == "dialogue":
-                out.setdefault("_dialogue", []).append(vector)
             else:
                 out[name] = vector
-        if "dialogue" in views:
-            out["dialogue"] = _pool_dialogue(out.pop("_dialogue"), turns, step)
+        if "dialogue" in out:  # one vector per line so far
+            out["dialogue"] = _pool_dialogue(out["dialogue"], turns, step)
         data["query_embeddings"] = out
         if "query_view" in step or primary == "dialogue":
             data["query_embedding"] = out[primary]

@@ -228,13 +228,15 @@ def _now() -> float:
     return time.time()
 
 
-def query_terms(tokens: Sequence[str], limit: int) -> dict[str, float]:
-    """The query's distinct terms with their BM25 query weights, at most ``limit`` of them.
+def query_terms(tokens: Sequence[str], spec: FilterSpec) -> dict[str, float]:
+    """The query's distinct terms with their BM25 query weights.
 
     A term said n times weighs ``1 + ln n``: a long query (a dialogue window) keeps what
-    it keeps coming back to without letting one word drown the rest. Past ``limit``,
-    the most repeated terms are kept, earlier ones first among equals.
+    it keeps coming back to without letting one word drown the rest. At most
+    ``CONVERSATION_QUERY_TERMS`` are kept when the filter names one conversation, else
+    ``QUERY_TERMS``; past that the most repeated terms stay, earlier ones first among equals.
     """
+    limit = CONVERSATION_QUERY_TERMS if spec.conversation_id is not None else QUERY_TERMS
     counts: dict[str, int] = {}
     for token in tokens:
         if token:

@@ -33,9 +33,7 @@ import numpy as np
 
 from convmem.errors import InvalidInputError, StoreError
 from convmem.store.base import (
-    CONVERSATION_QUERY_TERMS,
     MIGRATIONS,
-    QUERY_TERMS,
     IndexedChunk,
     SQLStore,
     _now,
@@ -518,9 +516,7 @@ class PostgresStore(SQLStore):
         the filter. The rarest terms within the postings budget are read; repeated query
         terms weigh more (:func:`query_terms`).
         """
-        weights = query_terms(
-            tokens, CONVERSATION_QUERY_TERMS if spec.conversation_id is not None else QUERY_TERMS
-        )
+        weights = query_terms(tokens, spec)
         if not weights:
             return []
         reader = self._db()

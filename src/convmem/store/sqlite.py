@@ -19,9 +19,7 @@ import numpy as np
 
 from convmem.errors import StoreError
 from convmem.store.base import (
-    CONVERSATION_QUERY_TERMS,
     MIGRATIONS,
-    QUERY_TERMS,
     ClaimedJob,
     ConversationState,
     IndexBatch,
@@ -212,11 +210,12 @@ class SQLiteStore(SQLStore):
         the whole index and candidates are then checked against the filter, widening the
         window until enough pass.
         """
+        weights = query_terms(tokens, spec)
+        if not weights:
+            return []
         if spec.conversation_id is not None:
-            terms = query_terms(tokens, CONVERSATION_QUERY_TERMS)
-            return self._lexical_rows(tenant, spec, terms, limit) if terms else []
+            return self._lexical_rows(tenant, spec, weights, limit)
         conn = self._db()
-        weights = query_terms(tokens, QUERY_TERMS)
         unique = list(self._selective_terms(conn, list(weights)))
         if not unique:
             return []
