@@ -1061,6 +1061,29 @@ class Memory:
             "backlog_by_conversation": engine.store.backlog_by_conversation(self._tenant),
         }
 
+    # -- service operations (API keys, backlog across tenants) ---------------------------
+
+    def create_api_key(self, tenant: str, name: str = "") -> tuple[str, str]:
+        """Create an API key for ``tenant``: ``(key_id, secret)``; the secret is not stored."""
+        _check_tenant(tenant)
+        return self._engine.store.create_api_key(tenant, name)
+
+    def api_key_tenant(self, secret: str) -> str | None:
+        """The tenant a live API key maps to, or None (unknown or revoked)."""
+        return self._engine.store.api_key_tenant(secret)
+
+    def list_api_keys(self) -> list[dict[str, Any]]:
+        """Every API key (id, tenant, name, created and revoked times), never the secrets."""
+        return self._engine.store.list_api_keys()
+
+    def revoke_api_key(self, key_id: str) -> None:
+        """Revoke a key. Raises NotFoundError when no live key has this id."""
+        self._engine.store.revoke_api_key(key_id)
+
+    def backlog(self, *, all_tenants: bool = False) -> tuple[int, int]:
+        """``(pending_or_running, failed)`` index jobs of this tenant (or of every tenant)."""
+        return self._engine.store.backlog(None if all_tenants else self._tenant)
+
     # -- governance --------------------------------------------------------------------
 
     def marks(self, conversation_id: str) -> list[StoredMark]:

@@ -366,7 +366,7 @@ def create_app(settings: ServerSettings | None = None, *, memory: Memory | None 
         secret = _presented_key(request)
         if secret is None:
             raise _UnauthorizedError("send an API key: 'Authorization: Bearer cm_...' or X-API-Key")
-        tenant = base.store.api_key_tenant(secret)
+        tenant = base.api_key_tenant(secret)
         if tenant is None:
             raise _UnauthorizedError("unknown or revoked API key")
         return base.for_tenant(tenant)
@@ -572,21 +572,21 @@ def create_app(settings: ServerSettings | None = None, *, memory: Memory | None 
     @app.post("/v1/admin/keys", status_code=201, dependencies=[Depends(admin)])
     def create_key(body: KeyIn) -> dict[str, str]:
         """Create an API key for a tenant; the key is shown only in this response."""
-        key_id, secret = base.store.create_api_key(body.tenant, body.name)
+        key_id, secret = base.create_api_key(body.tenant, body.name)
         return {"key_id": key_id, "key": secret, "tenant": body.tenant}
 
     @app.get("/v1/admin/keys", dependencies=[Depends(admin)])
     def list_keys() -> list[dict[str, Any]]:
-        return base.store.list_api_keys()
+        return base.list_api_keys()
 
     @app.delete("/v1/admin/keys/{key_id}", dependencies=[Depends(admin)])
     def revoke_key(key_id: str) -> dict[str, str]:
-        base.store.revoke_api_key(key_id)
+        base.revoke_api_key(key_id)
         return {"key_id": key_id, "status": "revoked"}
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
-        pending, failed = base.store.backlog()
+        pending, failed = base.backlog(all_tenants=True)
         return {
             "status": "ok",
             "embedding_model": base.embedding.model_id,

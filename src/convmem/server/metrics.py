@@ -47,7 +47,7 @@ def render_prometheus(memory: Memory, request_seconds: Mapping[tuple[str, str], 
         else:
             lines.append(f"# TYPE {name} histogram")
             lines.extend(_histogram(name, instrument))
-    pending, failed = memory.store.backlog()
+    pending, failed = memory.backlog(all_tenants=True)
     lines += [
         "# HELP convmem_backlog_jobs index jobs pending or running",
         "# TYPE convmem_backlog_jobs gauge",
