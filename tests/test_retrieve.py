@@ -17,7 +17,7 @@ import convmem.retrieve.preretrieval as preretrieval_module
 import convmem.retrieve.routing as routing_module
 from convmem import HashingEmbedder, Memory
 from convmem.errors import InvalidInputError
-from convmem.retrieve import HierarchicalMemoryService, PreRetrieval, Router, build_pipeline
+from convmem.retrieve import PreRetrieval, Router, build_pipeline
 from helpers import make_turns
 
 
@@ -57,7 +57,7 @@ def test_operators_cannot_reach_storage() -> None:
             for alias in node.names
         }
         assert not any(
-            name.startswith(("convmem.store", "convmem.service", "convmem.retrieve.hierarchy"))
+            name.startswith(("convmem.store", "convmem.memory", "convmem.retrieve.hierarchy"))
             for name in imported
         ), imported
     # and they run with no memory at all
@@ -267,7 +267,7 @@ def test_llm_variants_validate_and_fall_back() -> None:
 
 
 def test_the_same_query_routed_differently_reads_different_tiers(filled: Memory) -> None:
-    service = HierarchicalMemoryService(filled)
+    service = filled.hierarchy()
     filters = {"conversation_id": "c"}
     semantic = service.retrieve("护照", filters=filters)
     temporal = service.retrieve("护照", filters=filters, hints={"strategies": ["temporal_search"]})
@@ -300,12 +300,12 @@ def test_the_same_query_routed_differently_reads_different_tiers(filled: Memory)
 
 def test_tiers_never_return_deleted_or_other_tenant_memory(filled: Memory) -> None:
     hints = {"strategies": ["deep_search", "persona_search", "temporal_search"]}
-    service = HierarchicalMemoryService(filled)
+    service = filled.hierarchy()
     assert any(
         "花生" in hit.text
         for hit in service.retrieve("花生 过敏", filters={"conversation_id": "c"}, hints=hints).hits
     )
-    other = HierarchicalMemoryService(filled.for_tenant("other"))
+    other = filled.for_tenant("other").hierarchy()
     assert other.retrieve("花生 过敏", filters={"conversation_id": "c"}, hints=hints).hits == []
     filled.delete("c", turn_range=(6, 6))
     for _ in range(2):  # before and after the worker re-cuts the conversation

@@ -415,7 +415,8 @@ def test_search_modes_and_precomputed_vectors(trip: Memory) -> None:
 
 
 def test_convex_fusion_keeps_score_gaps_that_rank_fusion_loses() -> None:
-    from convmem.service import _convex, _rrf
+    from convmem.retrieve.fusion import convex as _convex
+    from convmem.retrieve.fusion import rrf as _rrf
 
     # BM25 barely prefers row 1 over row 2; the vector side strongly prefers row 2
     lexical = [(1, 10.0), (2, 9.9), (3, 1.0)]

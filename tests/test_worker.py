@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,26 +130,24 @@ def test_metrics_follow_the_seed(memory: Memory) -> None:
     assert time.perf_counter() - started < 30
 
 
-def test_a_failing_conversation_does_not_hold_back_the_others(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_failing_conversation_does_not_hold_back_the_others(tmp_path: Path) -> None:
+    class TrippingMarker(KeepAllMarker):
+        """Fails on one conversation's text, as a marker bug would."""
+
+        def mark(self, turns: Any, context: Any, policy: Any) -> Any:
+            if any("trips" in turn.text for turn in turns):
+                raise RuntimeError("marker bug on this conversation")
+            return super().mark(turns, context, policy)
+
     with Memory.open(
         str(tmp_path / "m.db"),
         embedder=HashingEmbedder(),
-        marker=KeepAllMarker(),
+        marker=TrippingMarker(),
         workers=0,
         retry_base_seconds=60,
     ) as memory:
-        bad = memory.add_turns("poison", make_turns(["this conversation trips the chunker", "ok"]))
+        bad = memory.add_turns("poison", make_turns(["this conversation trips the marker", "ok"]))
         good = memory.add_turns("fine", make_turns(["this one is indexed", "good"]))
-        original = memory._prepare
-
-        def prepare(tenant: str, conversation_id: str, jobs: list) -> object:
-            if conversation_id == "poison":
-                raise RuntimeError("chunker bug on this conversation")
-            return original(tenant, conversation_id, jobs)
-
-        monkeypatch.setattr(memory, "_prepare", prepare)
         assert memory.run_pending() == 1
         assert memory.job(good.job_id).status == "done"
         failed = memory.job(bad.job_id)

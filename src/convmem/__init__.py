@@ -20,6 +20,7 @@ from convmem.errors import (
     TurnConflictError,
 )
 from convmem.ingest import ChunkingPolicy, chunk_id
+from convmem.memory import DeleteResult, Memory, UpsertResult
 from convmem.models import (
     AddTurnsReceipt,
     ChunkMetadata,
@@ -29,7 +30,6 @@ from convmem.models import (
     JobInfo,
     Turn,
 )
-from convmem.service import DeleteResult, Memory, UpsertResult
 
 __version__ = "0.1.0"
 

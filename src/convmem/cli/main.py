@@ -34,7 +34,7 @@ def _memory(
     chunking: Any = None,
 ) -> Any:
     from convmem.embed import resolve_embedder
-    from convmem.service import Memory
+    from convmem.memory import Memory
 
     embedder = resolve_embedder(args.embedder) if args.embedder else None
     return Memory.open(

@@ -19,8 +19,8 @@ from convmem.embed import Embedder, resolve_embedder
 from convmem.embed.service import EmbeddingService as _BaseEmbeddingService
 from convmem.errors import InvalidInputError
 from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
+from convmem.memory import Memory
 from convmem.models import Turn, parse_turns
-from convmem.service import Memory
 from convmem.text import clean_text
 
 __all__ = [

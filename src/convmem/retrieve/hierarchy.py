@@ -15,22 +15,19 @@ memory.
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from convmem.errors import InvalidInputError
+from convmem.governance import Note
 from convmem.models import Hit
+from convmem.retrieve.request import Searcher, SearchRequest
 from convmem.retrieve.routing import STRATEGIES
-from convmem.text import tokenize
+from convmem.text import bm25, tokenize
 
-if TYPE_CHECKING:
-    from convmem.service import Memory
-
-__all__ = ["HierarchicalMemoryService", "RetrievalResult"]
+__all__ = ["HierarchicalMemoryService", "RetrievalResult", "TierSource", "VisibleTurn"]
 
 PERSONA_CATEGORIES = {"preference", "rule"}
 PERSONA_SUBTYPES = {"profile", "constraint", "user_pinned_note"}
@@ -41,6 +38,36 @@ TIER_WEIGHTS: dict[str, dict[str, float]] = {
     "persona_search": {"LTM": 1.5, "MTM": 0.8},
 }
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+TIER_ORDER = {"STM": 0, "MTM": 1, "LTM": 2}
+NOTES_READ = 5000
+
+
+class VisibleTurn(Protocol):
+    """A turn as the short-term tier reads it."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def timestamp(self) -> datetime: ...
+
+
+class TierSource(Protocol):
+    """What the tiers read besides chunks, bound to one tenant, with every read path's
+    visibility rules already applied (never deleted, expired or rejected memory)."""
+
+    def recent_turns(
+        self, conversation_id: str, limit: int = 20, *, kept_only: bool = False
+    ) -> Sequence[VisibleTurn]: ...
+
+    def notes(
+        self, conversation_id: str | None = None, status: str | None = None, *, limit: int = 1000
+    ) -> list[Note]: ...
 
 
 @dataclass
@@ -52,13 +79,25 @@ class RetrievalResult:
         return {"hits": [hit.model_dump(mode="json") for hit in self.hits], "hints": self.hints}
 
 
+def _int_param(params: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInputError(
+            f"hints.params.{name} must be an integer in {low}..{high}, got {value!r}",
+            field=f"hints.params.{name}",
+        )
+    return value
+
+
 def _strategies(hints: Mapping[str, Any] | None) -> tuple[list[str], dict[str, Any]]:
     if hints is None:
         return ["semantic_search"], {}
     if not isinstance(hints, Mapping):
         raise InvalidInputError("hints must be an object", field="hints")
     strategies = hints.get("strategies") or ["semantic_search"]
-    if not isinstance(strategies, list) or not all(s in STRATEGIES for s in strategies):
+    if not isinstance(strategies, list) or not all(
+        isinstance(s, str) and s in STRATEGIES for s in strategies
+    ):
         raise InvalidInputError(
             f"hints.strategies must be a list of {', '.join(STRATEGIES)}", field="hints.strategies"
         )
@@ -68,11 +107,33 @@ def _strategies(hints: Mapping[str, Any] | None) -> tuple[list[str], dict[str, A
     return list(strategies), dict(params)
 
 
-class HierarchicalMemoryService:
-    """Retrieval over the tiers of one :class:`~convmem.Memory` (bound to its tenant)."""
+def _tiers(strategies: Sequence[str], params: Mapping[str, Any]) -> dict[str, float]:
+    """The tiers the strategies read, each with the largest weight any of them gives it."""
+    weights: dict[str, float] = {}
+    for strategy in strategies:
+        for tier, weight in TIER_WEIGHTS[strategy].items():
+            weights[tier] = max(weights.get(tier, 0.0), weight)
+    include = params.get("include_persona", False)
+    if not isinstance(include, bool):
+        raise InvalidInputError(
+            f"hints.params.include_persona must be true or false, got {include!r}",
+            field="hints.params.include_persona",
+        )
+    if include:
+        weights.setdefault("LTM", 0.8)
+    return weights
 
-    def __init__(self, memory: Memory, *, stm_turns: int = 8) -> None:
-        self.memory = memory
+
+class HierarchicalMemoryService:
+    """Retrieval over the tiers of one tenant: chunks through a :class:`Searcher`, recent
+    turns and notes through a :class:`TierSource`."""
+
+    def __init__(
+        self, searcher: Searcher, source: TierSource, tenant: str, *, stm_turns: int = 8
+    ) -> None:
+        self.searcher = searcher
+        self.source = source
+        self.tenant = tenant
         self.stm_turns = stm_turns
 
     def retrieve(
@@ -84,20 +145,10 @@ class HierarchicalMemoryService:
         top_k: int = 6,
     ) -> RetrievalResult:
         strategies, params = _strategies(hints)
-        top_k = int(params.get("top_k", top_k))
-        if not 1 <= top_k <= 1000:
-            raise InvalidInputError("top_k must be in 1..1000", field="hints.params.top_k")
-        tiers: set[str] = set()
-        weights: dict[str, float] = {}
-        for strategy in strategies:
-            for tier, weight in TIER_WEIGHTS[strategy].items():
-                tiers.add(tier)
-                weights[tier] = max(weights.get(tier, 0.0), weight)
-        if params.get("include_persona"):
-            tiers.add("LTM")
-            weights.setdefault("LTM", 0.8)
-        multiplier = int(
-            params.get("candidates_multiplier", 3 if "deep_search" in strategies else 1)
+        top_k = _int_param(params, "top_k", top_k, 1, 1000)
+        weights = _tiers(strategies, params)
+        multiplier = _int_param(
+            params, "candidates_multiplier", 3 if "deep_search" in strategies else 1, 1, 10
         )
         filters = dict(filters or {})
         conversation = filters.get("conversation_id")
@@ -107,31 +158,33 @@ class HierarchicalMemoryService:
             if window is not None:
                 filters["timestamp_range"] = window
         scored: list[tuple[float, int, Hit]] = []
-        order = {"STM": 0, "MTM": 1, "LTM": 2}
-        if "MTM" in tiers:
-            for hit in self.memory.search(
-                query,
+        if "MTM" in weights:
+            request = SearchRequest(
+                tenant=self.tenant,
+                query_text=query,
                 top_k=min(1000, top_k * multiplier),
                 filters=filters or None,
                 query_vector=vector,
-            ):
-                scored.append((hit.score * weights["MTM"], order["MTM"], hit))
-        if "STM" in tiers and conversation_id is not None:
-            for hit in self._stm(query, conversation_id, temporal="temporal_search" in strategies):
-                scored.append((hit.score * weights["STM"], order["STM"], hit))
-        if "LTM" in tiers:
+            )
+            scored += [
+                (hit.score * weights["MTM"], 1, hit) for hit in self.searcher.search(request)
+            ]
+        if "STM" in weights and conversation_id is not None:
+            temporal = "temporal_search" in strategies
+            stm = self._stm(query, conversation_id, temporal=temporal)
+            scored += [(hit.score * weights["STM"], 0, hit) for hit in stm]
+        if "LTM" in weights:
             persona_first = "persona_search" in strategies or bool(params.get("include_persona"))
-            for hit in self._ltm(query, top_k * multiplier, persona_first, conversation_id):
-                scored.append((hit.score * weights["LTM"], order["LTM"], hit))
+            ltm = self._ltm(query, top_k * multiplier, persona_first, conversation_id)
+            scored += [(hit.score * weights["LTM"], 2, hit) for hit in ltm]
         scored.sort(key=lambda item: (-item[0], item[1], item[2].chunk_id))
-        hits = [hit for _, _, hit in scored[:top_k]]
         applied = {
             "strategies": strategies,
             "params": params,
-            "tiers": sorted(tiers, key=order.__getitem__),
+            "tiers": sorted(weights, key=TIER_ORDER.__getitem__),
             "route_strategy": (hints or {}).get("route_strategy"),
         }
-        return RetrievalResult(hits=hits, hints=applied)
+        return RetrievalResult(hits=[hit for _, _, hit in scored[:top_k]], hints=applied)
 
     # -- tiers --------------------------------------------------------------------------
 
@@ -140,7 +193,7 @@ class HierarchicalMemoryService:
             return [time_range[0], time_range[1]]
         if time_range == "recent":
             span = timedelta(days=7)
-        elif time_range in WINDOWS:
+        elif isinstance(time_range, str) and time_range in WINDOWS:
             span = WINDOWS[time_range]
         else:
             raise InvalidInputError(
@@ -149,13 +202,15 @@ class HierarchicalMemoryService:
             )
         newest = datetime.now(UTC)
         if conversation_id is not None:
-            turns = self.memory.recent_turns(conversation_id, limit=1)
+            turns = self.source.recent_turns(conversation_id, limit=1)
             if turns:
                 newest = turns[-1].timestamp
+        if newest - datetime.min.replace(tzinfo=newest.tzinfo) <= span:
+            return None  # the window reaches back before year 1: no lower bound
         return [(newest - span).isoformat(), None]
 
     def _stm(self, query: str, conversation_id: str, *, temporal: bool) -> list[Hit]:
-        turns = self.memory.recent_turns(conversation_id, limit=self.stm_turns)
+        turns = self.source.recent_turns(conversation_id, limit=self.stm_turns, kept_only=True)
         words = set(tokenize(query))
         hits = []
         for age, turn in enumerate(reversed(turns)):
@@ -183,25 +238,18 @@ class HierarchicalMemoryService:
     def _ltm(
         self, query: str, limit: int, persona_first: bool, conversation_id: str | None
     ) -> list[Hit]:
-        notes = self.memory.notes(limit=5000)
+        # one conversation's notes when the search is scoped to one; each note once
+        notes = list(
+            {
+                note.note_id: note for note in self.source.notes(conversation_id, limit=NOTES_READ)
+            }.values()
+        )
         if not notes:
             return []
-        documents = [tokenize(note.text) for note in notes]
-        words = [w for w in dict.fromkeys(tokenize(query))]
-        frequency: Counter[str] = Counter()
-        for document in documents:
-            frequency.update(set(document))
-        count = len(notes)
-        average = sum(len(d) for d in documents) / count or 1.0
-        raw: list[tuple[float, Any]] = []
-        for note, document in zip(notes, documents, strict=True):
-            terms = Counter(document)
-            score = 0.0
-            for word in words:
-                tf = terms.get(word, 0)
-                if tf:
-                    idf = math.log(1 + (count - frequency[word] + 0.5) / (frequency[word] + 0.5))
-                    score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len(document) / average))
+        weights = dict.fromkeys(tokenize(query), 1.0)
+        scores = bm25.rank(weights, [tokenize(note.text) for note in notes])
+        raw: list[tuple[float, Note]] = []
+        for note, score in zip(notes, scores, strict=True):
             persona = note.category in PERSONA_CATEGORIES or note.subtype in PERSONA_SUBTYPES
             if persona_first and persona:
                 score += 0.5 + note.importance  # persona notes surface even without overlap
@@ -211,22 +259,23 @@ class HierarchicalMemoryService:
             return []
         best = max(score for score, _ in raw)
         raw.sort(key=lambda item: (-item[0], item[1].note_id))
-        return [
-            Hit(
-                chunk_id=note.note_id,
-                score=round(score / best, 6),
-                text=note.text,
-                metadata={
-                    "conversation_id": note.conversation_id,
-                    "category": note.category,
-                    "subtype": note.subtype,
-                    "evidence_level": note.evidence_level,
-                    "status": note.status,
-                    "source_turn_ids": note.source_turn_ids,
-                    "importance": note.importance,
-                },
-                tier="LTM",
-                pending=note.status == "pending",
-            )
-            for score, note in raw[:limit]
-        ]
+        return [_note_hit(note, score / best) for score, note in raw[:limit]]
+
+
+def _note_hit(note: Note, score: float) -> Hit:
+    return Hit(
+        chunk_id=note.note_id,
+        score=round(score, 6),
+        text=note.text,
+        metadata={
+            "conversation_id": note.conversation_id,
+            "category": note.category,
+            "subtype": note.subtype,
+            "evidence_level": note.evidence_level,
+            "status": note.status,
+            "source_turn_ids": note.source_turn_ids,
+            "importance": note.importance,
+        },
+        tier="LTM",
+        pending=note.status == "pending",
+    )

@@ -26,18 +26,25 @@ import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 
+from convmem.embed import EmbeddingService
 from convmem.errors import InvalidInputError
 from convmem.retrieve.hierarchy import HierarchicalMemoryService
 from convmem.retrieve.preretrieval import PreRetrieval
 
-if TYPE_CHECKING:
-    from convmem.service import Memory
+__all__ = ["MemoryRetrieval", "Pipeline", "RetrievalHost", "build_pipeline", "load_config"]
 
-__all__ = ["MemoryRetrieval", "Pipeline", "build_pipeline", "load_config"]
+
+class RetrievalHost(Protocol):
+    """What a pipeline needs of a memory (``convmem.Memory`` is one)."""
+
+    @property
+    def embedding(self) -> EmbeddingService: ...
+
+    def hierarchy(self, *, stm_turns: int = 8) -> HierarchicalMemoryService: ...
 
 
 class MemoryRetrieval:
@@ -101,7 +108,7 @@ def load_config(config: Mapping[str, Any] | str | Path) -> dict[str, Any]:
     return dict(loaded)
 
 
-def build_pipeline(config: Mapping[str, Any] | str | Path, *, memory: Memory) -> Pipeline:
+def build_pipeline(config: Mapping[str, Any] | str | Path, *, memory: RetrievalHost) -> Pipeline:
     """A PreRetrieval -> MemoryRetrieval pipeline over ``memory``'s hierarchical service."""
     data = load_config(config)
     operators = data.get("operators", data)
@@ -114,5 +121,5 @@ def build_pipeline(config: Mapping[str, Any] | str | Path, *, memory: Memory) ->
             step.setdefault("embedder", memory.embedding)
     pre = PreRetrieval(pre_config)
     retrieval_config = operators.get("memory_retrieval") or {}
-    service = HierarchicalMemoryService(memory, stm_turns=int(retrieval_config.get("stm_turns", 8)))
+    service = memory.hierarchy(stm_turns=int(retrieval_config.get("stm_turns", 8)))
     return Pipeline(pre, MemoryRetrieval(service, retrieval_config))

@@ -33,10 +33,10 @@ from convmem.errors import (
     StoreError,
     TurnConflictError,
 )
+from convmem.memory import Memory
 from convmem.metrics import Histogram
 from convmem.models import MAX_SEQ
 from convmem.server.metrics import render_prometheus
-from convmem.service import Memory
 from convmem.story import (
     CharactersConfig,
     EntityStateSnapshot,

@@ -8,6 +8,7 @@ seed's three tools, and the chain that builds a ``SceneMemoryContext`` for one s
 from convmem.story.chain import build_scene_memory_context
 from convmem.story.loader import load_project
 from convmem.story.memory import (
+    StoryHost,
     StoryMemory,
     get_entity_state_tool,
     get_recent_timeline_tool,
@@ -36,6 +37,7 @@ __all__ = [
     "SceneMemoryContext",
     "SceneNeeds",
     "ScenePlan",
+    "StoryHost",
     "StoryMemory",
     "StoryMemoryChunk",
     "build_scene_memory_context",

@@ -16,10 +16,10 @@ import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from convmem.errors import EmbedderError
-from convmem.story.memory import story_position
+from convmem.story.memory import StoryHost, story_position
 from convmem.story.models import (
     CharactersConfig,
     EntityStateSnapshot,
@@ -28,9 +28,6 @@ from convmem.story.models import (
     StoryMemoryChunk,
 )
 from convmem.story.planner import RuleScenePlanner, SceneNeeds, ScenePlanner
-
-if TYPE_CHECKING:
-    from convmem.service import Memory
 
 __all__ = ["build_scene_memory_context"]
 
@@ -44,7 +41,7 @@ def build_scene_memory_context(
     chapter_index: int,
     scene_index: int,
     *,
-    memory: Memory,
+    memory: StoryHost,
     output_path: str | Path | None = None,
     planner: ScenePlanner | None = None,
     top_k: int = 10,

@@ -13,13 +13,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from convmem.errors import InvalidInputError
+from convmem.story.memory import StoryHost
 from convmem.story.models import CharactersConfig, StoryMemoryChunk
-
-if TYPE_CHECKING:
-    from convmem.service import Memory
 
 __all__ = ["load_project", "read_characters"]
 
@@ -103,7 +101,7 @@ def _chunks(
     return chunks
 
 
-def load_project(memory: Memory, project_id: str, folder: str | Path) -> dict[str, int]:
+def load_project(memory: StoryHost, project_id: str, folder: str | Path) -> dict[str, int]:
     """Load (or reload: ids are stable, so nothing is duplicated) a project folder."""
     folder = Path(folder)
     if not folder.is_dir():

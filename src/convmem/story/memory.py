@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
 from convmem.errors import EmbedderError, InvalidInputError
-from convmem.models import ChunkMetadata, ChunkRecord
+from convmem.models import ChunkMetadata, ChunkRecord, Hit
 from convmem.story.models import EntityStateSnapshot, StoryMemoryChunk
-
-if TYPE_CHECKING:
-    from convmem.service import Memory
 
 __all__ = [
     "POSITION_SCALE",
+    "StoryHost",
     "StoryMemory",
     "get_entity_state_tool",
     "get_recent_timeline_tool",
@@ -35,6 +33,55 @@ __all__ = [
 
 POSITION_SCALE = 100_000
 _Item = TypeVar("_Item", StoryMemoryChunk, EntityStateSnapshot)
+
+
+class _Upserted(Protocol):
+    @property
+    def errors(self) -> list[str]: ...
+
+
+class StoryHost(Protocol):
+    """The public methods of a tenant's memory that story memory uses (``convmem.Memory``
+    is one); story memory never reaches the store itself."""
+
+    @property
+    def tenant(self) -> str: ...
+
+    def story_space(self, project_id: str) -> StoryHost: ...
+
+    def upsert_chunks(self, chunks: Sequence[ChunkRecord]) -> _Upserted: ...
+
+    def search(
+        self,
+        query_text: str,
+        top_k: int = 6,
+        filters: Mapping[str, Any] | None = None,
+        *,
+        query_vector: Sequence[float] | None = None,
+        mode: str = "hybrid",
+    ) -> list[Hit]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+    def put_entity_states(self, project_id: str, rows: list[dict[str, Any]]) -> int: ...
+
+    def latest_entity_state(
+        self,
+        project_id: str,
+        entity_id: str,
+        chapter_index: int,
+        scene_index: int,
+        *,
+        inclusive: bool = True,
+    ) -> dict[str, Any] | None: ...
+
+    def entity_timeline(
+        self, project_id: str, first_chapter: int, last_chapter: int, entity_id: str | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    def story(self, project_id: str) -> StoryMemory: ...
+
+    def count_degraded(self, parts: int) -> None: ...
 
 
 def story_position(chapter_index: int, scene_index: int) -> int:
@@ -66,7 +113,7 @@ def story_chunk_id(chunk: StoryMemoryChunk) -> str:
 class StoryMemory:
     """One project's story memory, bound to a tenant (``Memory.story(project_id)``)."""
 
-    def __init__(self, memory: Memory, project_id: str) -> None:
+    def __init__(self, memory: StoryHost, project_id: str) -> None:
         self.project_id = _check_project(project_id)
         self._memory = memory
         self._space = memory.story_space(project_id)
@@ -148,7 +195,7 @@ class StoryMemory:
             snapshot.model_dump()
             for snapshot in self._parse(EntityStateSnapshot, snapshots, "states")
         ]
-        return self._memory.store.put_entity_states(self._memory.tenant, rows)
+        return self._memory.put_entity_states(self.project_id, rows)
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -183,9 +230,9 @@ class StoryMemory:
         if lexical_only:
             hits = self._space.search(query, top_k=pool, filters=filters or None, mode="lexical")
         else:
-            vector = self._space.embedding.embed_array([query])[0]  # raises EmbedderError
+            vector = self._space.embed_query(query)  # raises EmbedderError
             hits = self._space.search(
-                query, top_k=pool, filters=filters or None, query_vector=vector.tolist()
+                query, top_k=pool, filters=filters or None, query_vector=vector
             )
         out: list[StoryMemoryChunk] = []
         seen: set[str] = set()
@@ -214,8 +261,7 @@ class StoryMemory:
         self, entity_id: str, chapter_index: int, scene_index: int, *, inclusive: bool = True
     ) -> EntityStateSnapshot | None:
         """Latest state at (or, ``inclusive=False``, strictly before) a point."""
-        row = self._memory.store.latest_entity_state(
-            self._memory.tenant,
+        row = self._memory.latest_entity_state(
             self.project_id,
             entity_id,
             chapter_index,
@@ -230,8 +276,7 @@ class StoryMemory:
         """Snapshots of chapters ``chapter_index - window .. chapter_index``, in story order."""
         if window < 0:
             raise InvalidInputError("window must be >= 0", field="window")
-        rows = self._memory.store.entity_timeline(
-            self._memory.tenant,
+        rows = self._memory.entity_timeline(
             self.project_id,
             max(0, chapter_index - window),
             chapter_index,
@@ -248,7 +293,7 @@ def search_story_memory_tool(
     tags: Iterable[str] | None = None,
     top_k: int = 10,
     *,
-    memory: Memory,
+    memory: StoryHost,
 ) -> list[StoryMemoryChunk]:
     """Seed 003 tool: relevant story chunks of one project, deduplicated by id.
 
@@ -262,7 +307,7 @@ def search_story_memory_tool(
 
 
 def get_entity_state_tool(
-    project_id: str, entity_id: str, chapter_index: int, scene_index: int, *, memory: Memory
+    project_id: str, entity_id: str, chapter_index: int, scene_index: int, *, memory: StoryHost
 ) -> EntityStateSnapshot | None:
     """Seed 003 tool: the latest state of an entity at or before a point, or None."""
     return memory.story(project_id).entity_state(entity_id, chapter_index, scene_index)
@@ -274,7 +319,7 @@ def get_recent_timeline_tool(
     window: int = 2,
     entity_id: str | None = None,
     *,
-    memory: Memory,
+    memory: StoryHost,
 ) -> list[EntityStateSnapshot]:
     """Seed 003 tool: the state snapshots of the last ``window`` chapters up to this one."""
     return memory.story(project_id).timeline(chapter_index, window, entity_id)

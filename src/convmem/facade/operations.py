@@ -1,0 +1,104 @@
+"""Operations on the facade: jobs, status, statistics and metrics, API keys, backlog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from convmem.facade.base import FacadeBase
+from convmem.ids import check_conversation_id, check_tenant
+from convmem.metrics import Counter, Histogram
+from convmem.models import JobInfo
+
+__all__ = ["OperationsMethods"]
+
+
+class OperationsMethods(FacadeBase):
+    def job(self, job_id: int) -> JobInfo:
+        return self._engine.store.job(self._tenant, job_id)
+
+    def jobs(self, status: str | None = None, *, limit: int = 100) -> list[JobInfo]:
+        return self._engine.store.jobs(self._tenant, status=status, limit=limit)
+
+    def retry_job(self, job_id: int) -> JobInfo:
+        """Make a failed job ready to run now."""
+        info = self._engine.store.retry_job(self._tenant, job_id)
+        self._engine.pool.wake()
+        return info
+
+    def status(self, conversation_id: str) -> dict[str, Any]:
+        """Backlog, last indexed turn and failed jobs of one conversation."""
+        conversation_id = check_conversation_id(conversation_id)
+        store = self._engine.store
+        state = store.conversation_state(self._tenant, conversation_id)
+        failed = [
+            job.model_dump(mode="json")
+            for job in store.jobs(self._tenant, status="failed")
+            if job.conversation_id == conversation_id
+        ]
+        return {
+            "conversation_id": conversation_id,
+            "backlog": store.backlog_by_conversation(self._tenant).get(conversation_id, 0),
+            "last_turn": state.last_seq,
+            "last_indexed_turn": state.indexed_seq,
+            "failed_jobs": failed,
+        }
+
+    def instruments(self) -> dict[str, Counter | Histogram]:
+        """The engine's counters and histograms (shared by every tenant view), by name."""
+        engine = self._engine
+        worker = engine.indexer.metrics
+        items: list[Counter | Histogram] = [
+            worker.chunks_ingested,
+            worker.upsert_failures,
+            worker.job_retries,
+            engine.turns_accepted,
+            engine.searcher.degraded,
+            engine.story_degraded,
+            engine.searcher.latency,
+            worker.index_latency,
+            engine.embedding.latency,
+        ]
+        return {item.name: item for item in items}
+
+    def stats(self) -> dict[str, Any]:
+        """Seed 001's metrics plus store counts, for this tenant."""
+        engine = self._engine
+        worker = engine.indexer.metrics
+        pending, failed = engine.store.backlog(self._tenant)
+        return {
+            **engine.store.stats(self._tenant),
+            "tenant": self._tenant,
+            "store": engine.store.url,
+            "embedding_model": engine.embedding.model_id,
+            "embedding_dim": engine.embedding.dimension,
+            "chunks_ingested": int(worker.chunks_ingested.value),
+            "turns_accepted": int(engine.turns_accepted.value),
+            "upsert_failures": int(worker.upsert_failures.value),
+            "job_retries": int(worker.job_retries.value),
+            "embedding_latency_seconds": engine.embedding.latency.summary(),
+            "search_latency_seconds": engine.searcher.latency.summary(),
+            "index_batch_seconds": worker.index_latency.summary(),
+            "backlog": pending,
+            "failed_jobs": failed,
+            "backlog_by_conversation": engine.store.backlog_by_conversation(self._tenant),
+        }
+
+    def create_api_key(self, tenant: str, name: str = "") -> tuple[str, str]:
+        """Create an API key for ``tenant``: ``(key_id, secret)``; the secret is not stored."""
+        return self._engine.store.create_api_key(check_tenant(tenant), name)
+
+    def api_key_tenant(self, secret: str) -> str | None:
+        """The tenant a live API key maps to, or None (unknown or revoked)."""
+        return self._engine.store.api_key_tenant(secret)
+
+    def list_api_keys(self) -> list[dict[str, Any]]:
+        """Every API key (id, tenant, name, created and revoked times), never the secrets."""
+        return self._engine.store.list_api_keys()
+
+    def revoke_api_key(self, key_id: str) -> None:
+        """Revoke a key. Raises NotFoundError when no live key has this id."""
+        self._engine.store.revoke_api_key(key_id)
+
+    def backlog(self, *, all_tenants: bool = False) -> tuple[int, int]:
+        """``(pending_or_running, failed)`` index jobs of this tenant (or of every tenant)."""
+        return self._engine.store.backlog(None if all_tenants else self._tenant)

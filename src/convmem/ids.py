@@ -1,0 +1,108 @@
+"""Checks of the identifiers every entry point accepts (conversation, tenant, note, range),
+so the library, the HTTP service, the CLI and MCP refuse the same values the same way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from convmem.errors import InvalidInputError
+from convmem.models import MAX_SEQ
+
+__all__ = [
+    "MAX_CONVERSATION_ID",
+    "DeleteResult",
+    "UpsertResult",
+    "check_conversation_id",
+    "check_note_id",
+    "check_tenant",
+    "check_turn_range",
+]
+
+MAX_CONVERSATION_ID = 200
+MAX_TENANT = 100
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """Seed ``logical_delete_by_source`` result plus what was cascaded."""
+
+    deleted: int
+    turns_deleted: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    """Seed ``upsert_vector_records`` result."""
+
+    upserted: int
+    updated: int
+    errors: list[str] = field(default_factory=list)
+
+
+def _utf8(value: str, name: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{name} is not valid UTF-8 (it holds a lone surrogate); send proper Unicode text",
+            field=name,
+        ) from None
+
+
+def check_conversation_id(conversation_id: Any) -> str:
+    if not isinstance(conversation_id, str) or not conversation_id.strip():
+        raise InvalidInputError(
+            "conversation_id must be a non-empty string", field="conversation_id"
+        )
+    if len(conversation_id) > MAX_CONVERSATION_ID:
+        raise InvalidInputError(
+            f"conversation_id has {len(conversation_id)} characters; the limit is "
+            f"{MAX_CONVERSATION_ID}",
+            field="conversation_id",
+        )
+    _utf8(conversation_id, "conversation_id")
+    return conversation_id
+
+
+def check_turn_range(turn_range: Any) -> tuple[int, int]:
+    if (
+        not isinstance(turn_range, list | tuple)
+        or len(turn_range) != 2
+        or any(isinstance(v, bool) or not isinstance(v, int) for v in turn_range)
+        or turn_range[0] < 0
+        or turn_range[1] < turn_range[0]
+        or turn_range[1] > MAX_SEQ
+    ):
+        raise InvalidInputError(
+            f"turn_range must be [start, end] with integers 0 <= start <= end <= 2**62, "
+            f"got {turn_range!r}",
+            field="turn_range",
+        )
+    return int(turn_range[0]), int(turn_range[1])
+
+
+def check_note_id(note_id: Any) -> str:
+    if not isinstance(note_id, str) or not note_id.startswith("note_") or len(note_id) > 200:
+        raise InvalidInputError(
+            f"note_id must be a string like 'note_…' from Memory.notes(), got {note_id!r}",
+            field="note_id",
+        )
+    _utf8(note_id, "note_id")
+    return note_id
+
+
+def check_tenant(tenant: Any) -> str:
+    if (
+        not isinstance(tenant, str)
+        or not tenant
+        or len(tenant) > MAX_TENANT
+        or any(ord(ch) < 32 for ch in tenant)
+    ):
+        raise InvalidInputError(
+            f"tenant must be a non-empty string of at most {MAX_TENANT} printable characters",
+            field="tenant",
+        )
+    _utf8(tenant, "tenant")
+    return tenant

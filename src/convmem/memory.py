@@ -1,0 +1,458 @@
+"""The ``Memory`` facade: the public API over one engine, bound to one tenant.
+
+Every method checks its arguments and delegates: writes to the store, indexing to the
+worker (:mod:`convmem.worker`), reads to the one hybrid searcher and the hierarchical
+service (:mod:`convmem.retrieve`), story memory to :mod:`convmem.story`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from convmem.clock import Clock
+from convmem.embed import Embedder, EmbeddingService
+from convmem.engine import open_engine
+from convmem.errors import FlushTimeoutError, InvalidInputError, StoreError
+from convmem.facade import GovernanceMethods, OperationsMethods, StoryMethods
+from convmem.governance import GovernancePolicy, Marker
+from convmem.ids import (
+    DeleteResult,
+    UpsertResult,
+    check_conversation_id,
+    check_tenant,
+    check_turn_range,
+)
+from convmem.ingest import ChunkingPolicy
+from convmem.models import MAX_SEQ, AddTurnsReceipt, ChunkRecord, FlushResult, Hit, parse_turns
+from convmem.retrieve import HierarchicalMemoryService, RetrievalResult, SearchRequest
+from convmem.retrieve.fusion import FUSIONS
+from convmem.store import SQLStore
+from convmem.store.sqlite import IndexedChunk, StoredTurn
+from convmem.text import clean_text, tokenize
+from convmem.worker import RetryPolicy
+
+__all__ = ["DeleteResult", "Memory", "UpsertResult"]
+
+logger = logging.getLogger(__name__)
+
+
+class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
+    """Long-term conversation memory over one store.
+
+    Open with :meth:`open`; use as a context manager. One ``Memory`` is bound to a tenant;
+    :meth:`for_tenant` gives a view of another tenant sharing the store and workers.
+    Governance, operations and story methods come from :mod:`convmem.facade`.
+    """
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        embedder: Embedder | None = None,
+        tenant: str = "default",
+        chunking: ChunkingPolicy | None = None,
+        workers: int = 1,
+        durability: str = "full",
+        max_text_chars: int = 32000,
+        retry_base_seconds: float = 1.0,
+        retry_max_seconds: float = 300.0,
+        max_attempts: int = 12,
+        lease_seconds: float = 120.0,
+        job_batch: int = 64,
+        allow_model_change: bool = False,
+        model_cache_dir: Path | None = None,
+        ann_min_rows: int = 20000,
+        vector_weight: float | None = None,
+        fusion: str = "rrf",
+        marker: Marker | None = None,
+        policy: GovernancePolicy | Mapping[str, Any] | str | Path | None = None,
+        sweep_seconds: float = 60.0,
+        user_dict: str | Path | None = None,
+        clock: Clock | None = None,
+    ) -> Memory:
+        """Open (or create) a memory store.
+
+        Args:
+            url: ``sqlite:///path.db``, a file path or ``postgresql://...``; None:
+                ``memory.db`` in the user data directory.
+            embedder: the embedding model. None: the model the store was built with, or for
+                a new store bge-small-zh-v1.5 from the local cache, else the hashing embedder.
+            tenant: the tenant this handle reads and writes.
+            workers: index worker threads to start (0: none; run ``convmem worker`` or
+                :meth:`run_pending`).
+            durability: ``"full"`` fsyncs every acknowledged write; ``"normal"`` survives a
+                process crash but not a power loss.
+            allow_model_change: open a store built with another model (for ``reindex``).
+            vector_weight: weight of the vector ranking against BM25 (weight 1) in the fusion.
+                None: 1.0 for neural embedders, 0.15 for the hashing embedder.
+            fusion: ``"rrf"`` (weighted reciprocal rank, the default) or ``"convex"`` (the
+                weighted mean of each side's min-max normalised scores).
+            ann_min_rows: tenant-wide searches use the HNSW index once a tenant has this many
+                vectors; below it they scan exactly.
+            marker: the Stage 2 marker (default :class:`~convmem.governance.RuleMarker`).
+            policy: the product retention policy: a ``GovernancePolicy``, a dict of
+                overrides or a JSON file; tenants may override it with :meth:`set_policy`.
+            sweep_seconds: how often worker threads mark expired memory (0: never).
+            user_dict: a jieba user dictionary to load (process-wide) before opening.
+            clock: where TTLs, expiry and sweeps read the time (tests pass a ManualClock).
+
+        Raises:
+            EmbeddingMismatchError: the store holds vectors from another model or dimension.
+        """
+        check_tenant(tenant)
+        if fusion not in FUSIONS:
+            raise InvalidInputError(
+                f"fusion must be 'rrf' or 'convex', got {fusion!r}", field="fusion"
+            )
+        engine = open_engine(
+            url,
+            embedder=embedder,
+            chunking=chunking,
+            workers=workers,
+            durability=durability,
+            max_text_chars=max_text_chars,
+            retry=RetryPolicy(
+                base_seconds=retry_base_seconds,
+                max_seconds=retry_max_seconds,
+                max_attempts=max_attempts,
+                lease_seconds=lease_seconds,
+                batch=job_batch,
+            ),
+            allow_model_change=allow_model_change,
+            model_cache_dir=model_cache_dir,
+            ann_min_rows=ann_min_rows,
+            vector_weight=vector_weight,
+            fusion=fusion,
+            marker=marker,
+            policy=policy,
+            sweep_seconds=sweep_seconds,
+            user_dict=user_dict,
+            clock=clock,
+        )
+        return cls(engine, tenant)
+
+    def for_tenant(self, tenant: str) -> Memory:
+        """A view of ``tenant`` on the same store and workers."""
+        return Memory(self._engine, check_tenant(tenant))
+
+    @property
+    def store(self) -> SQLStore:
+        """The underlying store (for maintenance tools; application code uses the facade)."""
+        return self._engine.store
+
+    @property
+    def embedding(self) -> EmbeddingService:
+        return self._engine.embedding
+
+    def close(self) -> None:
+        """Stop workers (in-flight jobs are released, not lost) and close the store."""
+        self._engine.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- write path --------------------------------------------------------------------
+
+    def add_turns(self, conversation_id: str, turns: Sequence[Any]) -> AddTurnsReceipt:
+        """Validate and durably store turns with an index job, then acknowledge.
+
+        Turns are dicts or :class:`~convmem.models.Turn`. Re-sent identical turns are
+        reported as duplicates and change nothing. A late turn (older than turns already
+        indexed, filling a gap) is accepted and the conversation is re-chunked from there.
+
+        Raises:
+            InvalidInputError: a field is invalid (``errors`` lists every problem); nothing
+                from this call is stored.
+            TurnConflictError: a turn id is already stored with other text.
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        parsed = parse_turns(list(turns), max_text_chars=self._engine.max_text_chars)
+        accepted_at = datetime.fromtimestamp(self._engine.clock.now(), UTC)
+        accepted, duplicates, job_id = self._engine.store.add_turns(
+            self._tenant, conversation_id, parsed, accepted_at=accepted_at
+        )
+        self._engine.turns_accepted.inc(len(accepted))
+        if job_id is not None:
+            self._engine.pool.wake()
+        return AddTurnsReceipt(
+            conversation_id=conversation_id,
+            accepted_turn_ids=accepted,
+            duplicate_turn_ids=duplicates,
+            job_id=job_id,
+            accepted_at=accepted_at,
+        )
+
+    def flush(self, timeout: float = 60.0) -> FlushResult:
+        """Wait until this tenant has no pending or running index jobs.
+
+        With no worker threads, runs the jobs in the calling thread.
+
+        Raises:
+            FlushTimeoutError: jobs were still pending after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            pending, failed = self._engine.store.backlog(self._tenant)
+            if pending == 0:
+                return FlushResult(pending=0, failed=failed)
+            if time.monotonic() >= deadline:
+                raise FlushTimeoutError(
+                    f"{pending} index jobs still pending after {timeout:g}s "
+                    f"({failed} failed); see Memory.jobs() for their errors"
+                )
+            if self._engine.pool.running:
+                self._engine.pool.wake()
+            else:
+                self.run_pending()
+            time.sleep(0.01)
+
+    def run_pending(self, *, limit: int | None = None) -> int:
+        """Claim and run one batch of ready index jobs (any tenant). Returns jobs finished."""
+        return self._engine.indexer.run_pending(limit=limit)
+
+    # -- read path ---------------------------------------------------------------------
+
+    def search(
+        self,
+        query_text: str,
+        top_k: int = 6,
+        filters: Mapping[str, Any] | None = None,
+        *,
+        query_vector: Sequence[float] | None = None,
+        mode: str = "hybrid",
+        candidates: int | None = None,
+        hints: Mapping[str, Any] | None = None,
+    ) -> list[Hit]:
+        """Hybrid search: vector and BM25 candidates under the filters, fused.
+
+        Deleted and expired memory is never returned; every read is scoped to this tenant.
+
+        Args:
+            query_vector: a precomputed, normalised query vector (skips embedding the query).
+            mode: ``"hybrid"`` (default), ``"vector"`` or ``"lexical"``.
+            hints: retrieval hints (``{"strategies": [...], "params": {...}}``, as the
+                ``route`` operator makes them): the hierarchical service picks the tiers
+                (STM recent turns, MTM chunks, LTM notes); hits carry their tier.
+            candidates: candidates taken from each side before fusion (default
+                ``max(50, 5 * top_k)``).
+
+        Raises:
+            InvalidInputError / FilterError: empty query, bad ``top_k``, mode or filters.
+        """
+        if hints is not None:
+            if not isinstance(query_text, str) or not query_text.strip():
+                raise InvalidInputError(
+                    "query_text is empty; send the question to search for", field="query_text"
+                )
+            return self.retrieve(
+                query_text, hints, filters=filters, top_k=top_k, query_vector=query_vector
+            ).hits
+        request = SearchRequest(
+            tenant=self._tenant,
+            query_text=query_text,
+            top_k=top_k,
+            filters=filters,
+            query_vector=query_vector,
+            mode=mode,
+            candidates=candidates,
+        )
+        return self._engine.searcher.search(request)
+
+    def hierarchy(self, *, stm_turns: int = 8) -> HierarchicalMemoryService:
+        """The hierarchical service (seed 004) over this tenant's tiers."""
+        return HierarchicalMemoryService(
+            self._engine.searcher, self, self._tenant, stm_turns=stm_turns
+        )
+
+    def retrieve(
+        self,
+        query_text: str,
+        hints: Mapping[str, Any] | None,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        top_k: int = 6,
+        query_vector: Sequence[float] | None = None,
+    ) -> RetrievalResult:
+        """Search the tiers the hints ask for; the result also echoes the hints applied."""
+        return self.hierarchy().retrieve(
+            query_text, vector=query_vector, hints=hints, filters=filters, top_k=top_k
+        )
+
+    def embed_query(self, text: str) -> list[float]:
+        """The normalised query vector (seed ``embed_chunk``)."""
+        return self._engine.embedding.embed_chunk(clean_text(text) or text)
+
+    def recent_turns(
+        self, conversation_id: str, limit: int = 20, *, kept_only: bool = False
+    ) -> list[StoredTurn]:
+        """The newest live turns of a conversation, oldest first.
+
+        Never deleted turns, nor turns whose retention expired. ``kept_only`` (the
+        short-term tier) also leaves out turns the marker dropped; without it the event
+        log shows them, for audit.
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        store = self._engine.store
+        turns = store.load_turns(self._tenant, conversation_id, limit=limit, newest_first=True)
+        if not turns:
+            return []
+        marks = store.load_marks(self._tenant, conversation_id, turns[-1].seq)
+
+        def visible(seq: int) -> bool:
+            mark = marks.get(seq)
+            if mark is None:  # not marked yet
+                return True
+            return not mark.expired and (not kept_only or (mark.effective or mark.base).keep)
+
+        return [turn for turn in reversed(turns) if visible(turn.seq)]
+
+    # -- update and delete -------------------------------------------------------------
+
+    def upsert_chunks(self, chunks: Sequence[ChunkRecord | Mapping[str, Any]]) -> UpsertResult:
+        """Embed and upsert caller-built chunks; the same ``chunk_id`` overwrites.
+
+        Invalid records are reported in ``errors`` and skipped; valid ones are stored.
+        """
+        records: list[ChunkRecord] = []
+        errors: list[str] = []
+        for index, raw in enumerate(chunks):
+            try:
+                record = raw if isinstance(raw, ChunkRecord) else ChunkRecord.model_validate(raw)
+            except Exception as exc:
+                errors.append(f"chunks[{index}]: {exc}")
+                continue
+            if record.metadata.deleted:
+                errors.append(f"chunks[{index}]: deleted records cannot be upserted; use delete")
+                continue
+            meta = record.metadata.model_copy(update={"tenant": self._tenant})
+            records.append(record.model_copy(update={"metadata": meta}))
+        if not records:
+            return UpsertResult(0, 0, errors)
+        vectors = self._engine.embedding.embed_array([record.text for record in records])
+        items = [
+            IndexedChunk(record=record, vector=vectors[i], tokens=tokenize(record.text))
+            for i, record in enumerate(records)
+        ]
+        try:
+            inserted, updated = self._engine.store.upsert_records(
+                self._tenant, items, model_id=self._engine.embedding.model_id
+            )
+        except StoreError as exc:
+            self._engine.indexer.metrics.upsert_failures.inc()
+            return UpsertResult(0, 0, [*errors, str(exc)])
+        return UpsertResult(inserted, updated, errors)
+
+    def update(self, chunk: ChunkRecord | Mapping[str, Any]) -> UpsertResult:
+        """Overwrite one chunk by its ``chunk_id`` (seed "更新")."""
+        return self.upsert_chunks([chunk])
+
+    def delete(
+        self,
+        conversation_id: str,
+        turn_range: Sequence[int] | None = None,
+        chunk_ids: Sequence[str] | None = None,
+    ) -> DeleteResult:
+        """Logically delete by ``(conversation_id, turn_range)`` or by chunk ids.
+
+        Deleting turns deletes every chunk that overlaps them; their surviving turns are
+        re-chunked. Deleting a dialogue chunk by id deletes its turns the same way. With
+        neither argument the whole conversation is deleted. Deleted memory is never
+        returned by any read; :meth:`purge` removes its text physically.
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        store = self._engine.store
+        deleted = turns_deleted = 0
+        errors: list[str] = []
+        ranges: list[tuple[int, int]] = []
+        if turn_range is not None:
+            ranges.append(check_turn_range(turn_range))
+        if chunk_ids is not None:
+            found, api_ids, errors = self._chunk_sources(conversation_id, chunk_ids)
+            ranges.extend(found)
+            deleted += store.delete_chunk_rows(self._tenant, api_ids) if api_ids else 0
+        if turn_range is None and chunk_ids is None:
+            ranges.append((0, MAX_SEQ))
+        for start, end in ranges:
+            chunks, turns, _ = store.delete_turns(self._tenant, conversation_id, (start, end))
+            deleted += chunks
+            turns_deleted += turns
+        self._engine.pool.wake()
+        logger.info(
+            "deleted %d chunks and %d turns of a conversation in tenant %s",
+            deleted,
+            turns_deleted,
+            self._tenant,
+        )
+        return DeleteResult(deleted=deleted, turns_deleted=turns_deleted, errors=errors)
+
+    def _chunk_sources(
+        self, conversation_id: str, chunk_ids: Sequence[str]
+    ) -> tuple[list[tuple[int, int]], list[str], list[str]]:
+        """Turn ranges of worker chunks, ids of caller-made chunks, and problems."""
+        if isinstance(chunk_ids, str) or not all(isinstance(c, str) for c in chunk_ids):
+            raise InvalidInputError("chunk_ids must be a list of strings", field="chunk_ids")
+        sources = self._engine.store.chunk_sources(self._tenant, list(chunk_ids))
+        ranges: list[tuple[int, int]] = []
+        api_ids: list[str] = []
+        errors: list[str] = []
+        for chunk_id in chunk_ids:
+            source = sources.get(chunk_id)
+            if source is None:
+                errors.append(f"chunk {chunk_id} not found (or already deleted)")
+            elif source[0] != conversation_id:
+                errors.append(f"chunk {chunk_id} belongs to another conversation")
+            elif source[3] == "worker":
+                ranges.append((source[1], source[2]))
+            else:
+                api_ids.append(chunk_id)
+        return ranges, api_ids, errors
+
+    def rechunk(self, conversation_id: str | None = None) -> int:
+        """Re-cut dialogue under the current chunking policy (after changing its version).
+
+        Drops this tenant's worker-made chunks (of one conversation, or all) and queues the
+        conversations to be chunked again from their first live turn. Returns how many
+        conversations were queued; ``flush`` waits for them.
+        """
+        if conversation_id is not None:
+            conversation_id = check_conversation_id(conversation_id)
+        count = self._engine.store.reset_conversations(self._tenant, conversation_id)
+        self._engine.pool.wake()
+        return count
+
+    def purge(self) -> dict[str, int]:
+        """Physically remove the text of deleted chunks and turns (all tenants)."""
+        return self._engine.store.purge()
+
+    def reindex(self, *, batch_size: int = 256) -> int:
+        """Re-embed every live chunk from its stored text with this handle's embedder."""
+        engine = self._engine
+        count = 0
+        for rows in engine.store.iter_live_chunks(batch_size):
+            vectors = engine.embedding.embed_array([text for _, text in rows])
+            engine.store.replace_vectors(
+                [(rowid, vectors[i]) for i, (rowid, _) in enumerate(rows)],
+                engine.embedding.model_id,
+            )
+            count += len(rows)
+        engine.store.set_embedding_model(engine.embedding.model_id, engine.embedding.dimension)
+        engine.searcher.reset_indexes()
+        logger.info("re-embedded %d chunks with %s", count, engine.embedding.model_id)
+        return count

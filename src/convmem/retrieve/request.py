@@ -1,0 +1,59 @@
+"""What a search asks for, and the one protocol every caller searches through.
+
+The facade, the hierarchical service and story memory all build a :class:`SearchRequest`
+and hand it to a :class:`Searcher`; none of them knows how candidates are found or fused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from convmem.errors import InvalidInputError
+from convmem.models import Hit
+
+__all__ = ["MODES", "SearchRequest", "Searcher"]
+
+MODES = ("hybrid", "vector", "lexical")
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search in one tenant.
+
+    Attributes:
+        query_vector: a precomputed, normalised query vector (skips embedding the query).
+        mode: ``"hybrid"`` (default), ``"vector"`` or ``"lexical"``.
+        candidates: candidates taken from each side before fusion (default
+            ``max(50, 5 * top_k)``).
+    """
+
+    tenant: str
+    query_text: str
+    top_k: int = 6
+    filters: Mapping[str, Any] | None = None
+    query_vector: Sequence[float] | None = None
+    mode: str = "hybrid"
+    candidates: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.query_text, str) or not self.query_text.strip():
+            raise InvalidInputError(
+                "query_text is empty; send the question to search for", field="query_text"
+            )
+        top_k = self.top_k
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
+            raise InvalidInputError(
+                f"top_k must be an integer in 1..1000, got {top_k!r}", field="top_k"
+            )
+        if self.mode not in MODES:
+            raise InvalidInputError(
+                f"mode must be 'hybrid', 'vector' or 'lexical', got {self.mode!r}", field="mode"
+            )
+
+
+class Searcher(Protocol):
+    """Anything that answers a :class:`SearchRequest` with hits, best first."""
+
+    def search(self, request: SearchRequest) -> list[Hit]: ...

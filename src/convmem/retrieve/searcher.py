@@ -1,0 +1,164 @@
+"""The one hybrid searcher: lexical and vector candidates, fusion, diversity, filters.
+
+Every read of dialogue or story chunks comes through :meth:`HybridSearcher.search`: the
+``Memory`` facade, the hierarchical service's chunk tier and story memory. Candidates come
+from the store under the parsed filters (so deleted, expired and foreign rows never enter),
+are fused by weighted reciprocal rank or a convex mix, and overlapping chunks of one
+conversation are not repeated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+
+from convmem.embed import EmbeddingService
+from convmem.errors import EmbedderError, InvalidInputError
+from convmem.metrics import Counter, Histogram
+from convmem.models import Hit
+from convmem.retrieve.fusion import FUSIONS, diverse, fuse
+from convmem.retrieve.request import SearchRequest
+from convmem.store import SQLStore, parse_filters
+from convmem.store.ann import AnnIndex
+from convmem.store.filters import FilterSpec
+from convmem.text import clean_text, tokenize
+
+if TYPE_CHECKING:
+    from convmem.store.sqlite import SQLiteStore
+
+__all__ = ["HybridSearcher"]
+
+logger = logging.getLogger(__name__)
+
+
+class HybridSearcher:
+    """Hybrid search over one store (every tenant; each request names its own).
+
+    Args:
+        vector_weight: weight of the vector ranking against BM25 (weight 1) in the fusion.
+        fusion: ``"rrf"`` (weighted reciprocal rank) or ``"convex"`` (weighted mean of
+            min-max normalised scores).
+        ann_min_rows: tenant-wide searches of an embedded store use its HNSW sidecar once
+            a tenant has this many vectors; below it they scan exactly.
+    """
+
+    def __init__(
+        self,
+        store: SQLStore,
+        embedding: EmbeddingService,
+        *,
+        vector_weight: float,
+        fusion: str = "rrf",
+        ann_min_rows: int = 20000,
+    ) -> None:
+        if fusion not in FUSIONS:
+            raise InvalidInputError(
+                f"fusion must be 'rrf' or 'convex', got {fusion!r}", field="fusion"
+            )
+        self.store = store
+        self.embedding = embedding
+        self.vector_weight = vector_weight
+        self.fusion = fusion
+        self.ann_min_rows = ann_min_rows
+        self.latency = Histogram("search_seconds")
+        self.degraded = Counter("degraded_searches_total")
+        self._ann: dict[str, AnnIndex] = {}
+        self._ann_lock = threading.Lock()
+
+    def search(self, request: SearchRequest) -> list[Hit]:
+        """Hits for one request, best first. Raises InvalidInputError / FilterError."""
+        spec = parse_filters(request.filters, tenant=request.tenant)
+        mode = request.mode
+        vector = self._query_vector(request)
+        if vector is None and mode == "hybrid":
+            mode = "lexical"
+        began = time.perf_counter()
+        pool = request.candidates or max(50, request.top_k * 5)
+        rankings: list[tuple[float, list[tuple[int, float]]]] = []
+        if mode != "lexical" and vector is not None:
+            weight = self.vector_weight if mode == "hybrid" else 1.0
+            rankings.append((weight, self._vector_candidates(request.tenant, spec, vector, pool)))
+        if mode != "vector":
+            tokens = tokenize(clean_text(request.query_text))
+            rankings.append((1.0, self.store.lexical(request.tenant, spec, tokens, pool)))
+        window = fuse(self.fusion, rankings)[: request.top_k * 2 + 10]
+        rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
+        metadata = {rowid: row[2] for rowid, row in rows.items()}
+        hits = [
+            Hit(
+                chunk_id=rows[rowid][0],
+                score=round(score, 6),
+                text=rows[rowid][1],
+                metadata=rows[rowid][2],
+                pending=bool(rows[rowid][2].get("requires_confirmation")),
+            )
+            for rowid, score in diverse(window, metadata, request.top_k)
+        ]
+        self.latency.observe(time.perf_counter() - began)
+        return hits
+
+    def _query_vector(self, request: SearchRequest) -> np.ndarray | None:
+        """The request's vector, or the embedded query; None when a hybrid search has to
+        go lexical because the embedder failed (a read degrades rather than fails)."""
+        dimension = self.embedding.dimension
+        if request.query_vector is not None:
+            vector = np.asarray(request.query_vector, dtype=np.float32)
+            if vector.shape != (dimension,):
+                raise InvalidInputError(
+                    f"query_vector has shape {vector.shape}; this store uses {dimension}-d "
+                    f"vectors from '{self.embedding.model_id}'",
+                    field="query_vector",
+                )
+            return vector
+        if request.mode == "lexical":
+            return None
+        query = clean_text(request.query_text)
+        if request.mode == "vector":
+            return np.asarray(self.embedding.embed_array([query])[0], dtype=np.float32)
+        try:
+            return np.asarray(self.embedding.embed_array([query])[0], dtype=np.float32)
+        except EmbedderError as exc:
+            logger.warning("query embedding failed, searching lexically: %s", exc)
+            self.degraded.inc()
+            return None
+
+    def _vector_candidates(
+        self, tenant: str, spec: FilterSpec, vector: np.ndarray, pool: int
+    ) -> list[tuple[int, float]]:
+        if spec.conversation_id is not None or self.store.native_vector_index:
+            return self.store.scan_vectors(tenant, spec, vector, pool)
+        index = self._sidecar(tenant)
+        if index is None:
+            return self.store.scan_vectors(tenant, spec, vector, pool)
+        return index.search(vector, pool, spec)
+
+    def _sidecar(self, tenant: str) -> AnnIndex | None:
+        """The HNSW sidecar of an embedded store's tenant (a store without a native vector
+        index is the SQLite file), or None while the tenant is small."""
+        with self._ann_lock:
+            index = self._ann.get(tenant)
+            if index is None:
+                index = AnnIndex(
+                    cast("SQLiteStore", self.store),
+                    tenant,
+                    self.embedding.dimension,
+                    min_rows=self.ann_min_rows,
+                )
+                self._ann[tenant] = index
+        return index if index.sync() else None
+
+    def reset_indexes(self) -> None:
+        """Forget the sidecars' contents (after re-embedding every vector)."""
+        with self._ann_lock:
+            for index in self._ann.values():
+                index.reset()
+
+    def save_indexes(self) -> None:
+        """Write the sidecars to disk (at close)."""
+        with self._ann_lock:
+            for index in self._ann.values():
+                index.save()

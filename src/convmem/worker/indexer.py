@@ -1,0 +1,196 @@
+"""The index worker's pass: claim ready jobs, prepare each conversation, embed what is new
+in one batch, write everything in one transaction, and record failures with backoff."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from convmem.clock import Clock
+from convmem.embed import EmbeddingService
+from convmem.errors import ConvmemError, EmbedderError, MarkingError, StoreError
+from convmem.governance import GovernancePolicy, Marker
+from convmem.ingest import ChunkingPolicy
+from convmem.metrics import Counter, Histogram
+from convmem.store import SQLStore
+from convmem.store.sqlite import ClaimedJob, IndexBatch, IndexedChunk, text_digest, worker_identity
+from convmem.text import tokenize
+from convmem.worker.prepare import Prepared, prepare
+
+__all__ = ["Indexer", "IndexerMetrics", "RetryPolicy"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How failed jobs are retried: exponential backoff, then ``failed``."""
+
+    base_seconds: float = 1.0
+    max_seconds: float = 300.0
+    max_attempts: int = 12
+    lease_seconds: float = 120.0
+    batch: int = 64
+
+
+@dataclass
+class IndexerMetrics:
+    chunks_ingested: Counter = field(default_factory=lambda: Counter("chunks_ingested_total"))
+    upsert_failures: Counter = field(default_factory=lambda: Counter("upsert_failures_total"))
+    job_retries: Counter = field(default_factory=lambda: Counter("job_retries_total"))
+    index_latency: Histogram = field(default_factory=lambda: Histogram("index_batch_seconds"))
+
+
+def error_code(exc: BaseException) -> str:
+    """The ``error_code`` a failed job records for an exception."""
+    if isinstance(exc, MarkingError):
+        return exc.code
+    if isinstance(exc, EmbedderError):
+        return "embedder_error"
+    if isinstance(exc, StoreError):
+        return "store_error"
+    if isinstance(exc, ConvmemError):
+        return "convmem_error"
+    return "internal_error"
+
+
+class Indexer:
+    """Runs index jobs of every tenant of one store."""
+
+    def __init__(
+        self,
+        store: SQLStore,
+        embedding: EmbeddingService,
+        *,
+        marker: Marker,
+        policy: GovernancePolicy,
+        chunking: ChunkingPolicy,
+        retry: RetryPolicy,
+        clock: Clock,
+    ) -> None:
+        self.store = store
+        self.embedding = embedding
+        self.marker = marker
+        self.product_policy = policy
+        self.chunking = chunking
+        self.retry = retry
+        self.clock = clock
+        self.metrics = IndexerMetrics()
+
+    def policy(self, tenant: str) -> GovernancePolicy:
+        """The product policy with the tenant's overrides applied."""
+        return self.product_policy.merged(self.store.get_policy(tenant), source="tenant policy")
+
+    def run_pending(self, *, limit: int | None = None) -> int:
+        """Claim and run one batch of ready jobs (any tenant). Returns jobs finished."""
+        claimed = self.store.claim_jobs(
+            worker_identity(),
+            limit=limit or self.retry.batch,
+            lease_seconds=self.retry.lease_seconds,
+        )
+        if not claimed:
+            return 0
+        began = time.perf_counter()
+        groups: dict[tuple[str, str], list[ClaimedJob]] = {}
+        for job in claimed:
+            groups.setdefault((job.tenant, job.conversation_id), []).append(job)
+        prepared: list[Prepared] = []
+        for jobs in groups.values():
+            try:
+                prepared.append(
+                    prepare(
+                        self.store, self.marker, self.policy(jobs[0].tenant), self.chunking, jobs
+                    )
+                )
+            except Exception as exc:  # one conversation's failure stays with its own jobs
+                self.fail(jobs, exc)
+        if not prepared:
+            return 0
+        everything = [job for item in prepared for job in item.jobs]
+        try:
+            self._embed(prepared)
+        except Exception as exc:
+            self.fail(everything, exc)
+            return 0
+        try:
+            results = self.store.apply_index(
+                [_batch(item) for item in prepared], model_id=self.embedding.model_id
+            )
+        except Exception as exc:
+            self.metrics.upsert_failures.inc()
+            self.fail(everything, exc)
+            return 0
+        done = 0
+        for item, ok in zip(prepared, results, strict=True):
+            if ok:
+                done += len(item.jobs)
+                self.metrics.chunks_ingested.inc(len(item.chunks))
+            else:  # the conversation changed under the pass: run it again
+                self.store.release_jobs([job.job_id for job in item.jobs])
+        self.metrics.index_latency.observe(time.perf_counter() - began)
+        return done
+
+    def fail(self, jobs: Sequence[ClaimedJob], exc: BaseException) -> None:
+        """Record a failure on the jobs: retried with backoff, ``failed`` at the limit."""
+        logger.warning(
+            "index jobs %s failed (%s): %s", [job.job_id for job in jobs], type(exc).__name__, exc
+        )
+        self.metrics.job_retries.inc(len(jobs))
+        self.store.fail_jobs(
+            [job.job_id for job in jobs],
+            error_code=error_code(exc),
+            message=f"{type(exc).__name__}: {exc}",
+            base_delay=self.retry.base_seconds,
+            max_delay=self.retry.max_seconds,
+            max_attempts=self.retry.max_attempts,
+        )
+
+    def _embed(self, prepared: Sequence[Prepared]) -> None:
+        """Embed every new or changed chunk text of the batch in one call; reuse the rest."""
+        model_id = self.embedding.model_id
+        vectors: dict[tuple[int, int], np.ndarray] = {}
+        todo: list[tuple[int, int]] = []
+        texts: list[str] = []
+        for position, item in enumerate(prepared):
+            known = self.store.chunk_fingerprints(
+                item.tenant, [record.chunk_id for record in item.records]
+            )
+            for index, record in enumerate(item.records):
+                seen = known.get(record.chunk_id)
+                if seen is not None and seen[0] == text_digest(record.text) and seen[1] == model_id:
+                    vectors[position, index] = np.frombuffer(seen[2], dtype=np.float32)
+                else:
+                    todo.append((position, index))
+                    texts.append(record.text)
+        if texts:
+            matrix = self.embedding.embed_array(texts)
+            for row, key in enumerate(todo):
+                vectors[key] = matrix[row]
+        for position, item in enumerate(prepared):
+            item.chunks = [
+                IndexedChunk(
+                    record=record, vector=vectors[position, index], tokens=tokenize(record.text)
+                )
+                for index, record in enumerate(item.records)
+            ]
+
+
+def _batch(item: Prepared) -> IndexBatch:
+    return IndexBatch(
+        tenant=item.tenant,
+        conversation_id=item.conversation_id,
+        expected_revision=item.revision,
+        supersede_after=item.supersede_after,
+        chunks=item.chunks,
+        frontier=item.frontier,
+        indexed_seq=item.indexed_seq,
+        job_ids=[job.job_id for job in item.jobs],
+        marks_from=item.marks_from,
+        marks=item.marks,
+        pins=item.pins,
+        notes=item.notes,
+    )
