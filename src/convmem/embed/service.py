@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from convmem.embed.base import Embedder, Vectors
+from convmem.errors import EmbedderError
 from convmem.metrics import Histogram
 
 __all__ = ["EmbeddingService"]
@@ -67,9 +68,29 @@ class EmbeddingService:
             batch = texts[start : start + self.batch_size]
             began = time.perf_counter()
             with self._lock:
-                parts.append(self.embedder.embed(batch))
+                parts.append(self._checked(self.embedder.embed(batch), len(batch)))
             self.latency.observe(time.perf_counter() - began)
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+    def _checked(self, vectors: Vectors, count: int) -> Vectors:
+        """The embedder's batch, refused unless it is ``count`` finite rows of the model's
+        dimension: a bad batch fails its index job with a clear error instead of being
+        stored (NaN scores nothing, a wrong length breaks every later search)."""
+        import numpy as np
+
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if matrix.shape != (count, self.dimension):
+            raise EmbedderError(
+                f"embedder {self.model_id!r} returned vectors of shape {matrix.shape} for "
+                f"{count} texts; expected ({count}, {self.dimension}). Check the model or its "
+                "dimensions setting"
+            )
+        if not np.isfinite(matrix).all():
+            raise EmbedderError(
+                f"embedder {self.model_id!r} returned NaN or infinite values; the batch was "
+                "not stored. Check the model (or the embedding endpoint)"
+            )
+        return matrix
 
     def embed_chunk(self, text: str) -> list[float]:
         """One text to a normalised vector (seed 001 ``embed_chunk``)."""

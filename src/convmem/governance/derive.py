@@ -200,8 +200,32 @@ def derive(
     decisions = decisions or {}
     out = Derived()
     effective = {turn.seq: base[turn.seq] for turn in turns}
-    by_seq = {turn.seq: turn for turn in turns}
-    # A user decision that answers an assistant proposal keeps the proposal, confirmed.
+    _confirm_proposals(turns, base, effective, out, new_from)
+    _keep_answered_questions(turns, effective, out, new_from)
+    _apply_pins(conversation_id, turns, effective, out, policy, pin_status, new_from)
+    _apply_decisions(effective, decisions)
+    for seq in expired:
+        if seq in effective and effective[seq].keep:
+            mark = effective[seq]
+            effective[seq] = mark.model_copy(
+                update={"keep": False, "reason": f"{mark.reason}; expired"}
+            )
+    out.effective = effective
+    for seq, mark in effective.items():
+        start = accepted_at.get(seq, 0.0)
+        out.expires_at[seq] = start + mark.ttl_seconds if mark.keep and mark.ttl_seconds else None
+    out.notes = _notes(conversation_id, turns, out, policy, new_from, decisions)
+    return out
+
+
+def _confirm_proposals(
+    turns: Sequence[MarkTurn],
+    base: Mapping[int, TurnMark],
+    effective: dict[int, TurnMark],
+    out: Derived,
+    new_from: int,
+) -> None:
+    """A user decision that answers an assistant proposal keeps the proposal, confirmed."""
     for position, turn in enumerate(turns):
         mark = base[turn.seq]
         if turn.role != "user" or mark.subtype != "decision" or position == 0:
@@ -224,8 +248,13 @@ def derive(
         )
         if turn.seq >= new_from:
             out.overlay_targets.add(previous.seq)
-    # An assistant question the user's kept answer replies to is kept as its context
-    # ("Is your passport still valid?" -> "It expires in May").
+
+
+def _keep_answered_questions(
+    turns: Sequence[MarkTurn], effective: dict[int, TurnMark], out: Derived, new_from: int
+) -> None:
+    """An assistant question the user's kept answer replies to is kept as its context
+    ("Is your passport still valid?" -> "It expires in May")."""
     for position, turn in enumerate(turns):
         if turn.role != "user" or position == 0 or not effective[turn.seq].keep:
             continue
@@ -248,6 +277,19 @@ def derive(
         )
         if turn.seq >= new_from:
             out.overlay_targets.add(previous.seq)
+
+
+def _apply_pins(
+    conversation_id: str,
+    turns: Sequence[MarkTurn],
+    effective: dict[int, TurnMark],
+    out: Derived,
+    policy: GovernancePolicy,
+    pin_status: Mapping[str, Decision],
+    new_from: int,
+) -> None:
+    """Save requests ("记住这个") pin the turns before them, unless the user rejected the pin."""
+    by_seq = {turn.seq: turn for turn in turns}
     intents = [save_intent(turn.text) if turn.role == "user" else None for turn in turns]
     for position, turn in enumerate(turns):
         pin = _pin_for(conversation_id, position, turns, intents, policy, pin_status)
@@ -260,6 +302,11 @@ def derive(
             continue
         for seq in pin.target_seqs:
             effective[seq] = _pinned(effective[seq], by_seq[seq], pin, policy)
+
+
+def _apply_decisions(effective: dict[int, TurnMark], decisions: Mapping[int, Decision]) -> None:
+    """The user's verdicts on notes: a rejected turn leaves the index, a confirmed one
+    needs no more confirmation (and may rise in evidence level)."""
     for seq, decision in decisions.items():
         if seq not in effective:
             continue
@@ -273,18 +320,6 @@ def derive(
             if decision.evidence_level:
                 update["evidence_level"] = decision.evidence_level
             effective[seq] = mark.model_copy(update=update)
-    for seq in expired:
-        if seq in effective and effective[seq].keep:
-            mark = effective[seq]
-            effective[seq] = mark.model_copy(
-                update={"keep": False, "reason": f"{mark.reason}; expired"}
-            )
-    out.effective = effective
-    for seq, mark in effective.items():
-        start = accepted_at.get(seq, 0.0)
-        out.expires_at[seq] = start + mark.ttl_seconds if mark.keep and mark.ttl_seconds else None
-    out.notes = _notes(conversation_id, turns, out, policy, new_from, decisions)
-    return out
 
 
 def _notes(

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from convmem.errors import InvalidInputError
-from convmem.governance.schema import FORGET_POLICIES
+from convmem.governance.schema import FORGET_POLICIES, MAX_TTL_SECONDS
 
 __all__ = [
     "DAY",
@@ -142,9 +142,10 @@ class GovernancePolicy:
                     f"{where}.forget_policy must be one of {', '.join(FORGET_POLICIES)}",
                     field=f"{where}.forget_policy",
                 )
-            if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
+            if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 <= ttl <= MAX_TTL_SECONDS:
                 raise InvalidInputError(
-                    f"{where}.ttl_seconds must be an integer >= 0 (0 = long-term)",
+                    f"{where}.ttl_seconds must be an integer in 0..{MAX_TTL_SECONDS} "
+                    "(0 = long-term, at most 100 years)",
                     field=f"{where}.ttl_seconds",
                 )
             rules[key] = RetentionRule(forget, ttl)

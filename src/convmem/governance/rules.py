@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from convmem.governance.policy import GovernancePolicy, policy_key
 from convmem.governance.schema import TurnMark
-from convmem.text import is_mostly_cjk, words
+from convmem.text import words
 from convmem.text.segment import STOPWORDS
 
 __all__ = ["CONFIRMS", "MarkTurn", "RuleMarker", "SaveIntent", "save_intent", "value_score"]
@@ -235,6 +235,22 @@ def value_score(text: str) -> float:
     return max(score, 0.0)
 
 
+# User cues in the order they are tried: (pattern, only for statements, the mark's
+# category, subtype, evidence level, importance and reason).
+USER_CUES: tuple[tuple[re.Pattern[str], bool, tuple[str, str | None, str, float, str]], ...] = (
+    (RULE, False, ("rule", "constraint", "S0_user_claim", 0.8, "user rule or boundary")),
+    (DECISION, True, ("fact", "decision", "S3_user_confirmed", 0.7, "user decision")),
+    (PREFERENCE, False, ("preference", None, "S0_user_claim", 0.7, "user preference")),
+    (TASK, False, ("task", "commitment", "S0_user_claim", 0.6, "open task or request")),
+    (DONE, False, ("task", "commitment", "S0_user_claim", 0.5, "task marked done")),
+    (
+        PROFILE,
+        False,
+        ("fact", "profile", "S0_user_claim", 0.7, "stable information about the user"),
+    ),
+)
+
+
 class RuleMarker:
     """Deterministic, offline marker; the default."""
 
@@ -253,9 +269,8 @@ class RuleMarker:
 
     def mark_one(self, turn: MarkTurn, policy: GovernancePolicy) -> TurnMark:
         text = turn.text.strip()
-        chinese = is_mostly_cjk(text) if text else False
         if not text:
-            return _drop(turn, "empty turn" if not chinese else "空内容")
+            return _drop(turn, "empty turn")
         if turn.role == "system":
             return _drop(turn, "system instruction, not memory about the user")
         question = text.rstrip().endswith(("?", "？", "吗", "呢"))
@@ -282,52 +297,23 @@ class RuleMarker:
                     done=bool(DONE.search(text)),
                 )
             return _drop(turn, "assistant suggestion or inference (S1), not kept by default")
+        return self._mark_user(turn, text, question, policy)
+
+    def _mark_user(
+        self, turn: MarkTurn, text: str, question: bool, policy: GovernancePolicy
+    ) -> TurnMark:
         intent = save_intent(text)
         if intent is not None and not intent.self_contained:
             return _drop(turn, f"save request ('{intent.cue}'): pins the turns before it")
-        if RULE.search(text):
-            return _keep(
-                turn, policy, "rule", "constraint", "S0_user_claim", 0.8, "user rule or boundary"
-            )
-        if DECISION.search(text) and not question:
-            return _keep(
-                turn, policy, "fact", "decision", "S3_user_confirmed", 0.7, "user decision"
-            )
-        if PREFERENCE.search(text):
-            return _keep(turn, policy, "preference", None, "S0_user_claim", 0.7, "user preference")
-        if TASK.search(text):
-            done = bool(DONE.search(text))
-            return _keep(
-                turn,
-                policy,
-                "task",
-                "commitment",
-                "S0_user_claim",
-                0.6,
-                "task marked done" if done else "open task or request",
-                done=done,
-            )
-        if DONE.search(text):
-            return _keep(
-                turn,
-                policy,
-                "task",
-                "commitment",
-                "S0_user_claim",
-                0.5,
-                "task marked done",
-                done=True,
-            )
-        if PROFILE.search(text):
-            return _keep(
-                turn,
-                policy,
-                "fact",
-                "profile",
-                "S0_user_claim",
-                0.7,
-                "stable information about the user",
-            )
+        done = bool(DONE.search(text))
+        for pattern, needs_statement, (category, subtype, level, importance, reason) in USER_CUES:
+            if pattern.search(text) and not (needs_statement and question):
+                task_done = category == "task" and done
+                if task_done:
+                    reason = "task marked done"
+                return _keep(
+                    turn, policy, category, subtype, level, importance, reason, done=task_done
+                )
         score = value_score(text)
         if score >= policy.keep_threshold:
             return _keep(

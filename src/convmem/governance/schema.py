@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +32,10 @@ __all__ = [
     "parse_marks",
     "validate_marks",
 ]
+
+# The longest retention a mark or policy may ask for: 100 years (0 means long-term). Larger
+# values overflow date arithmetic downstream and would stop the tenant's indexing.
+MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 
 Category = Literal["fact", "preference", "task", "rule", "note"]
 Subtype = Literal[
@@ -113,7 +117,7 @@ class TurnMark(BaseModel):
     evidence_level: EvidenceLevel | None = None
     requires_confirmation: bool = False
     importance: float = Field(default=0.0, ge=0.0, le=1.0)
-    ttl_seconds: int = Field(default=0, ge=0)
+    ttl_seconds: int = Field(default=0, ge=0, le=MAX_TTL_SECONDS)
     forget_policy: ForgetPolicy | None = None
     reason: str = ""
 
@@ -128,7 +132,7 @@ class PinIntent(BaseModel):
     target_turn_ids: list[int | str]
     reason: str = "user_explicit_save"
     importance_boost: float = Field(default=0.9, ge=0.0, le=1.0)
-    ttl_seconds: int = Field(default=0, ge=0)
+    ttl_seconds: int = Field(default=0, ge=0, le=MAX_TTL_SECONDS)
     requires_confirmation: bool = False
 
 
@@ -213,34 +217,7 @@ def validate_marks(
                 add("duplicate_turn", "turn_id", f"turn {turn_id!r} is marked more than once")
             else:
                 seen.add(found[0])
-        if "keep" not in raw:
-            add("missing_field", "keep", "keep is required (true or false)")
-        for name in ("keep", "user_triggered_save", "requires_confirmation"):
-            if name in raw and not isinstance(raw[name], bool):
-                add("not_boolean", name, f"{name} must be true or false, got {raw[name]!r}")
-        for name, allowed in _ENUMS.items():
-            value = raw.get(name)
-            if value is not None and value not in allowed:
-                add("bad_enum", name, f"{name} {value!r} is not one of {', '.join(allowed)}")
-        importance = raw.get("importance")
-        if importance is not None:
-            if isinstance(importance, bool) or not isinstance(importance, int | float):
-                add("not_number", "importance", f"importance must be a number, got {importance!r}")
-            elif not (math.isfinite(importance) and 0.0 <= importance <= 1.0):
-                add(
-                    "importance_out_of_range",
-                    "importance",
-                    f"importance {importance} not in [0, 1]",
-                )
-        ttl = raw.get("ttl_seconds")
-        if ttl is not None:
-            if isinstance(ttl, bool) or not isinstance(ttl, int):
-                add("not_integer", "ttl_seconds", f"ttl_seconds must be an integer, got {ttl!r}")
-            elif ttl < 0:
-                add("ttl_negative", "ttl_seconds", f"ttl_seconds must be >= 0, got {ttl}")
-        reason = raw.get("reason")
-        if reason is not None and not isinstance(reason, str):
-            add("not_string", "reason", "reason must be a string")
+        _field_errors(raw, add)
         span = raw.get("span")
         if span is not None:
             errors.extend(_span_errors(span, found, where, report_id))
@@ -255,6 +232,44 @@ def validate_marks(
                     MarkError("missing_turn", turn_id, "marks", f"turn {turn_id!r} has no mark")
                 )
     return errors
+
+
+class _Add(Protocol):
+    def __call__(self, code: str, name: str, message: str) -> None: ...
+
+
+def _field_errors(raw: Mapping[str, Any], add: _Add) -> None:
+    """Problems with a raw mark's typed fields (booleans, enums, numbers, reason)."""
+    if "keep" not in raw:
+        add("missing_field", "keep", "keep is required (true or false)")
+    for name in ("keep", "user_triggered_save", "requires_confirmation"):
+        if name in raw and not isinstance(raw[name], bool):
+            add("not_boolean", name, f"{name} must be true or false, got {raw[name]!r}")
+    for name, allowed in _ENUMS.items():
+        value = raw.get(name)
+        if value is not None and value not in allowed:
+            add("bad_enum", name, f"{name} {value!r} is not one of {', '.join(allowed)}")
+    importance = raw.get("importance")
+    if importance is not None:
+        if isinstance(importance, bool) or not isinstance(importance, int | float):
+            add("not_number", "importance", f"importance must be a number, got {importance!r}")
+        elif not (math.isfinite(importance) and 0.0 <= importance <= 1.0):
+            add("importance_out_of_range", "importance", f"importance {importance} not in [0, 1]")
+    ttl = raw.get("ttl_seconds")
+    if ttl is not None:
+        if isinstance(ttl, bool) or not isinstance(ttl, int):
+            add("not_integer", "ttl_seconds", f"ttl_seconds must be an integer, got {ttl!r}")
+        elif ttl < 0:
+            add("ttl_negative", "ttl_seconds", f"ttl_seconds must be >= 0, got {ttl}")
+        elif ttl > MAX_TTL_SECONDS:
+            add(
+                "ttl_out_of_range",
+                "ttl_seconds",
+                f"ttl_seconds {ttl} is over {MAX_TTL_SECONDS} (100 years); use 0 for long-term",
+            )
+    reason = raw.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        add("not_string", "reason", "reason must be a string")
 
 
 def _span_errors(
