@@ -12,7 +12,14 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from convmem import EmbedderError, EmbeddingMismatchError, EmbeddingService, HashingEmbedder, Memory
+from convmem import (
+    EmbedderError,
+    EmbeddingMismatchError,
+    EmbeddingService,
+    HashingEmbedder,
+    InvalidInputError,
+    Memory,
+)
 from convmem.embed import OpenAIEmbedder, TransformerEmbedder, resolve_embedder
 from convmem.governance import KeepAllMarker
 from helpers import make_turns
@@ -226,7 +233,14 @@ def test_changed_model_is_a_clear_error_naming_reindex(tmp_path: Path) -> None:
     ) as memory:
         assert memory.reindex() >= 1
     with Memory.open(path, embedder=HashingEmbedder(128), workers=0) as memory:
-        hits = memory.search("护照", top_k=1)
-        assert hits and "护照" in hits[0].text
-        blob = memory.store._db().execute("SELECT vector FROM chunks LIMIT 1").fetchone()[0]
-        assert len(blob) == 128 * 4
+        assert memory.stats()["embedding_dim"] == 128
+        # vector-only search scores the re-embedded vectors: a stale 512-d vector could not
+        # be compared with a 128-d query
+        hits = memory.search("护照", top_k=1, mode="vector")
+        assert hits and "护照" in hits[0].text and hits[0].score > 0.2
+        query = memory.embed_query("护照")
+        assert len(query) == 128
+        assert memory.search("护照", top_k=1, query_vector=query, mode="vector") == hits
+        with pytest.raises(InvalidInputError) as caught:
+            memory.search("护照", query_vector=[0.0] * 512)
+        assert caught.value.field == "query_vector"

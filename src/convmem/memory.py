@@ -79,30 +79,24 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         user_dict: str | Path | None = None,
         clock: Clock | None = None,
     ) -> Memory:
-        """Open (or create) a memory store.
+        """Open (or create) a memory store (every option: docs/configuration.md).
 
         Args:
             url: ``sqlite:///path.db``, a file path or ``postgresql://...``; None:
                 ``memory.db`` in the user data directory.
-            embedder: the embedding model. None: the model the store was built with, or for
-                a new store bge-small-zh-v1.5 from the local cache, else the hashing embedder.
+            embedder: None: the model the store was built with, or for a new store
+                bge-small-zh-v1.5 from the local cache, else the hashing embedder.
             tenant: the tenant this handle reads and writes.
-            workers: index worker threads to start (0: none; run ``convmem worker`` or
+            workers: index worker threads (0: none; run ``convmem worker`` or
                 :meth:`run_pending`).
             durability: ``"full"`` fsyncs every acknowledged write; ``"normal"`` survives a
                 process crash but not a power loss.
             allow_model_change: open a store built with another model (for ``reindex``).
-            vector_weight: weight of the vector ranking against BM25 (weight 1) in the fusion.
+            vector_weight: the vector ranking's weight against BM25 (1) in the fusion;
                 None: 1.0 for neural embedders, 0.15 for the hashing embedder.
-            fusion: ``"rrf"`` (weighted reciprocal rank, the default) or ``"convex"`` (the
-                weighted mean of each side's min-max normalised scores).
-            ann_min_rows: tenant-wide searches use the HNSW index once a tenant has this many
-                vectors; below it they scan exactly.
+            fusion: ``"rrf"`` (weighted reciprocal rank) or ``"convex"``.
             marker: the Stage 2 marker (default :class:`~convmem.governance.RuleMarker`).
-            policy: the product retention policy: a ``GovernancePolicy``, a dict of
-                overrides or a JSON file; tenants may override it with :meth:`set_policy`.
-            sweep_seconds: how often worker threads mark expired memory (0: never).
-            user_dict: a jieba user dictionary to load (process-wide) before opening.
+            policy: the product retention policy (object, dict of overrides or JSON file).
             clock: where TTLs, expiry and sweeps read the time (tests pass a ManualClock).
 
         Raises:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from convmem.errors import EmbedderError
-from convmem.story.memory import StoryHost, story_position
+from convmem.story.memory import StoryHost, StoryMemory, story_position
 from convmem.story.models import (
     CharactersConfig,
     EntityStateSnapshot,
@@ -65,59 +65,10 @@ def build_scene_memory_context(
         logger.warning("scene planner failed, using the rule planner: %s", exc)
         degraded.append(f"planner: {type(exc).__name__}; used the rule planner")
         needs = default.plan(scene, cast)
-    before = (chapter_index, scene_index)
-
-    memories: list[StoryMemoryChunk] = []
-    try:
-        memories = _memories(story, needs, before, top_k)
-    except EmbedderError as exc:
-        logger.warning("story search could not embed queries, searching lexically: %s", exc)
-        degraded.append(f"relevant_memories: embedder failed ({exc}); lexical search only")
-        try:
-            memories = _memories(story, needs, before, top_k, lexical_only=True)
-        except Exception as inner:
-            degraded.append(f"relevant_memories: {type(inner).__name__}; left empty")
-            memories = []
-    except Exception as exc:
-        logger.warning("story memory search failed: %s", exc)
-        degraded.append(f"relevant_memories: {type(exc).__name__}: {exc}; left empty")
-
-    states: list[EntityStateSnapshot] = []
-    try:
-        for entity_id in needs.entities:
-            state = story.entity_state(entity_id, chapter_index, scene_index, inclusive=False)
-            if state is not None:
-                states.append(state)
-    except Exception as exc:
-        logger.warning("entity state lookup failed: %s", exc)
-        degraded.append(f"entity_states: {type(exc).__name__}: {exc}; left empty")
-        states = []
-
-    timeline: dict[str, Any] | None = None
-    try:
-        position = story_position(chapter_index, scene_index)
-        wanted = set(needs.entities)
-        events = [
-            {
-                "entity_id": snap.entity_id,
-                "entity_type": snap.entity_type,
-                "chapter_index": snap.chapter_index,
-                "scene_index": snap.scene_index,
-                "state": snap.state,
-            }
-            for snap in story.timeline(chapter_index, timeline_window)
-            if story_position(snap.chapter_index, snap.scene_index) < position
-            and (not wanted or snap.entity_id in wanted)
-        ]
-        timeline = {
-            "window": [max(0, chapter_index - timeline_window), chapter_index],
-            "events": events,
-            "scene_events": needs.events,
-        }
-    except Exception as exc:
-        logger.warning("timeline lookup failed: %s", exc)
-        degraded.append(f"timeline_context: {type(exc).__name__}: {exc}; left empty")
-
+    point = (chapter_index, scene_index)
+    memories = _relevant_memories(story, needs, point, top_k, degraded)
+    states = _entity_states(story, needs, point, degraded)
+    timeline = _timeline(story, needs, point, timeline_window, degraded)
     context = SceneMemoryContext(
         project_id=project_id,
         chapter_index=chapter_index,
@@ -138,6 +89,83 @@ def build_scene_memory_context(
     if context.degraded:
         memory.count_degraded(len(context.degraded))
     return context
+
+
+def _relevant_memories(
+    story: StoryMemory,
+    needs: SceneNeeds,
+    point: tuple[int, int],
+    top_k: int,
+    degraded: list[str],
+) -> list[StoryMemoryChunk]:
+    """Story chunks before the scene; lexical only when the embedder fails, empty when
+    the search fails (each degradation noted)."""
+    try:
+        return _memories(story, needs, point, top_k)
+    except EmbedderError as exc:
+        logger.warning("story search could not embed queries, searching lexically: %s", exc)
+        degraded.append(f"relevant_memories: embedder failed ({exc}); lexical search only")
+        try:
+            return _memories(story, needs, point, top_k, lexical_only=True)
+        except Exception as inner:
+            degraded.append(f"relevant_memories: {type(inner).__name__}; left empty")
+            return []
+    except Exception as exc:
+        logger.warning("story memory search failed: %s", exc)
+        degraded.append(f"relevant_memories: {type(exc).__name__}: {exc}; left empty")
+        return []
+
+
+def _entity_states(
+    story: StoryMemory, needs: SceneNeeds, point: tuple[int, int], degraded: list[str]
+) -> list[EntityStateSnapshot]:
+    """Each needed entity's latest state strictly before the scene (empty on failure)."""
+    states: list[EntityStateSnapshot] = []
+    try:
+        for entity_id in needs.entities:
+            state = story.entity_state(entity_id, *point, inclusive=False)
+            if state is not None:
+                states.append(state)
+    except Exception as exc:
+        logger.warning("entity state lookup failed: %s", exc)
+        degraded.append(f"entity_states: {type(exc).__name__}: {exc}; left empty")
+        return []
+    return states
+
+
+def _timeline(
+    story: StoryMemory,
+    needs: SceneNeeds,
+    point: tuple[int, int],
+    window: int,
+    degraded: list[str],
+) -> dict[str, Any] | None:
+    """The state changes of the last ``window`` chapters before the scene (None on failure)."""
+    chapter_index = point[0]
+    try:
+        position = story_position(*point)
+        wanted = set(needs.entities)
+        events = [
+            {
+                "entity_id": snap.entity_id,
+                "entity_type": snap.entity_type,
+                "chapter_index": snap.chapter_index,
+                "scene_index": snap.scene_index,
+                "state": snap.state,
+            }
+            for snap in story.timeline(chapter_index, window)
+            if story_position(snap.chapter_index, snap.scene_index) < position
+            and (not wanted or snap.entity_id in wanted)
+        ]
+    except Exception as exc:
+        logger.warning("timeline lookup failed: %s", exc)
+        degraded.append(f"timeline_context: {type(exc).__name__}: {exc}; left empty")
+        return None
+    return {
+        "window": [max(0, chapter_index - window), chapter_index],
+        "events": events,
+        "scene_events": needs.events,
+    }
 
 
 def _memories(
