@@ -30,7 +30,12 @@ from convmem.ids import (
 )
 from convmem.ingest import ChunkingPolicy
 from convmem.models import MAX_SEQ, AddTurnsReceipt, ChunkRecord, FlushResult, Hit, parse_turns
-from convmem.retrieve import HierarchicalMemoryService, RetrievalResult, SearchRequest
+from convmem.retrieve import (
+    HierarchicalMemoryService,
+    HybridSearcher,
+    RetrievalResult,
+    SearchRequest,
+)
 from convmem.retrieve.fusion import FUSIONS
 from convmem.store import SQLStore
 from convmem.store.sqlite import IndexedChunk, StoredTurn
@@ -146,6 +151,11 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
     @property
     def embedding(self) -> EmbeddingService:
         return self._engine.embedding
+
+    @property
+    def searcher(self) -> HybridSearcher:
+        """The one hybrid searcher of this store (every tenant; requests name theirs)."""
+        return self._engine.searcher
 
     def close(self) -> None:
         """Stop workers (in-flight jobs are released, not lost) and close the store."""

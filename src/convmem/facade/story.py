@@ -29,23 +29,16 @@ class StoryMethods(FacadeBase):
         return self._engine.store.put_entity_states(self._tenant, rows)
 
     def latest_entity_state(
-        self,
-        project_id: str,
-        entity_id: str,
-        chapter_index: int,
-        scene_index: int,
-        *,
-        inclusive: bool = True,
+        self, project_id: str, entity_id: str, point: tuple[int, int], *, inclusive: bool = True
     ) -> dict[str, Any] | None:
-        """The newest snapshot of an entity at (``inclusive``) or before a point, or None."""
+        """The newest snapshot of an entity at (``inclusive``) or before a story point
+        ``(chapter_index, scene_index)``, or None."""
         return self._engine.store.latest_entity_state(
-            self._tenant, project_id, entity_id, chapter_index, scene_index, inclusive=inclusive
+            self._tenant, project_id, entity_id, *point, inclusive=inclusive
         )
 
     def entity_timeline(
-        self, project_id: str, first_chapter: int, last_chapter: int, entity_id: str | None = None
+        self, project_id: str, chapters: tuple[int, int], entity_id: str | None = None
     ) -> list[dict[str, Any]]:
-        """A project's snapshots of chapters ``first..last``, in story order."""
-        return self._engine.store.entity_timeline(
-            self._tenant, project_id, first_chapter, last_chapter, entity_id
-        )
+        """A project's snapshots of chapters ``first..last`` (inclusive), in story order."""
+        return self._engine.store.entity_timeline(self._tenant, project_id, *chapters, entity_id)

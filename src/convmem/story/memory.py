@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
 from convmem.errors import EmbedderError, InvalidInputError
-from convmem.models import ChunkMetadata, ChunkRecord, Hit
+from convmem.models import ChunkMetadata, ChunkRecord
+from convmem.retrieve import Searcher, SearchRequest
 from convmem.story.models import EntityStateSnapshot, StoryMemoryChunk
 
 __all__ = [
@@ -51,32 +52,19 @@ class StoryHost(Protocol):
 
     def upsert_chunks(self, chunks: Sequence[ChunkRecord]) -> _Upserted: ...
 
-    def search(
-        self,
-        query_text: str,
-        top_k: int = 6,
-        filters: Mapping[str, Any] | None = None,
-        *,
-        query_vector: Sequence[float] | None = None,
-        mode: str = "hybrid",
-    ) -> list[Hit]: ...
+    @property
+    def searcher(self) -> Searcher: ...
 
     def embed_query(self, text: str) -> list[float]: ...
 
     def put_entity_states(self, project_id: str, rows: list[dict[str, Any]]) -> int: ...
 
     def latest_entity_state(
-        self,
-        project_id: str,
-        entity_id: str,
-        chapter_index: int,
-        scene_index: int,
-        *,
-        inclusive: bool = True,
+        self, project_id: str, entity_id: str, point: tuple[int, int], *, inclusive: bool = True
     ) -> dict[str, Any] | None: ...
 
     def entity_timeline(
-        self, project_id: str, first_chapter: int, last_chapter: int, entity_id: str | None = None
+        self, project_id: str, chapters: tuple[int, int], entity_id: str | None = None
     ) -> list[dict[str, Any]]: ...
 
     def story(self, project_id: str) -> StoryMemory: ...
@@ -227,13 +215,16 @@ class StoryMemory:
             filters["turn_range"] = [0, position - 1]
         wanted = set(tags or [])
         pool = top_k * 5 if wanted else top_k
-        if lexical_only:
-            hits = self._space.search(query, top_k=pool, filters=filters or None, mode="lexical")
-        else:
-            vector = self._space.embed_query(query)  # raises EmbedderError
-            hits = self._space.search(
-                query, top_k=pool, filters=filters or None, query_vector=vector
-            )
+        request = SearchRequest(
+            tenant=self._space.tenant,
+            query_text=query,
+            top_k=pool,
+            filters=filters or None,
+            mode="lexical" if lexical_only else "hybrid",
+            # embedded here so that an embedder failure raises (the chain then goes lexical)
+            query_vector=None if lexical_only else self._space.embed_query(query),
+        )
+        hits = self._space.searcher.search(request)
         out: list[StoryMemoryChunk] = []
         seen: set[str] = set()
         for hit in hits:
@@ -262,11 +253,7 @@ class StoryMemory:
     ) -> EntityStateSnapshot | None:
         """Latest state at (or, ``inclusive=False``, strictly before) a point."""
         row = self._memory.latest_entity_state(
-            self.project_id,
-            entity_id,
-            chapter_index,
-            scene_index,
-            inclusive=inclusive,
+            self.project_id, entity_id, (chapter_index, scene_index), inclusive=inclusive
         )
         return EntityStateSnapshot.model_validate(row) if row else None
 
@@ -276,12 +263,8 @@ class StoryMemory:
         """Snapshots of chapters ``chapter_index - window .. chapter_index``, in story order."""
         if window < 0:
             raise InvalidInputError("window must be >= 0", field="window")
-        rows = self._memory.entity_timeline(
-            self.project_id,
-            max(0, chapter_index - window),
-            chapter_index,
-            entity_id,
-        )
+        chapters = (max(0, chapter_index - window), chapter_index)
+        rows = self._memory.entity_timeline(self.project_id, chapters, entity_id)
         return [EntityStateSnapshot.model_validate(row) for row in rows]
 
 
