@@ -6,11 +6,9 @@ Markers label each turn (:class:`TurnMark`); code derives kept content, pins
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
-
-from convmem.governance.derive import ROLE_EVIDENCE, Decision, Derived, NoteDraft, PinRecord, derive
+from convmem.governance.derive import Decision, Derived, NoteDraft, PinRecord, derive
 from convmem.governance.llm import LLMMarker
+from convmem.governance.marker import KeepAllMarker, Marker, MarkerBase, MarkTurn
 from convmem.governance.policy import (
     DEFAULT_TTL_POLICY,
     GovernancePolicy,
@@ -18,7 +16,7 @@ from convmem.governance.policy import (
     load_policy,
     policy_key,
 )
-from convmem.governance.rules import MarkTurn, RuleMarker, SaveIntent, save_intent, value_score
+from convmem.governance.rules import RuleMarker, SaveIntent, save_intent, value_score
 from convmem.governance.schema import (
     CATEGORIES,
     EVIDENCE_LEVELS,
@@ -52,6 +50,7 @@ __all__ = [
     "MarkError",
     "MarkTurn",
     "Marker",
+    "MarkerBase",
     "Note",
     "NoteDraft",
     "PinIntent",
@@ -73,51 +72,6 @@ __all__ = [
     "validate_marks",
     "value_score",
 ]
-
-
-@runtime_checkable
-class Marker(Protocol):
-    """Labels turns (seed 002 TurnMarkV1). ``context``: earlier turns, for reference only."""
-
-    name: str
-
-    def mark(
-        self,
-        turns: Sequence[MarkTurn],
-        context: Sequence[MarkTurn] = (),
-        policy: GovernancePolicy | None = None,
-    ) -> list[TurnMark]: ...
-
-
-class KeepAllMarker:
-    """Keeps every turn as a user-claim fact: marking off (every turn is indexed)."""
-
-    name = "keep-all"
-
-    def mark(
-        self,
-        turns: Sequence[MarkTurn],
-        context: Sequence[MarkTurn] = (),
-        policy: GovernancePolicy | None = None,
-    ) -> list[TurnMark]:
-        del context
-        policy = policy or GovernancePolicy()
-        rule = policy.rule("fact(user claim)")
-        return [
-            TurnMark.model_validate(
-                {
-                    "turn_id": turn.turn_id,
-                    "keep": True,
-                    "category": "fact",
-                    "evidence_level": ROLE_EVIDENCE[turn.role],
-                    "importance": 0.3,
-                    "ttl_seconds": rule.ttl_seconds,
-                    "forget_policy": rule.forget_policy,
-                    "reason": "marking off: every turn is kept",
-                }
-            )
-            for turn in turns
-        ]
 
 
 def resolve_marker(

@@ -19,18 +19,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from convmem.governance.marker import ROLE_EVIDENCE, MarkTurn
 from convmem.governance.policy import GovernancePolicy
-from convmem.governance.rules import CONFIRMS, MarkTurn, SaveIntent, save_intent
+from convmem.governance.rules import CONFIRMS, SaveIntent, save_intent
 from convmem.governance.schema import EVIDENCE_ORDER, PinIntent, TurnMark
 
 __all__ = ["Decision", "Derived", "NoteDraft", "PinRecord", "derive", "note_id", "pin_id"]
 
-ROLE_EVIDENCE = {
-    "user": "S0_user_claim",
-    "assistant": "S1_ai_inference",
-    "tool": "S2_tool_grounded",
-    "system": "S1_ai_inference",
-}
 NOTE_CATEGORIES = {"preference", "rule", "task"}
 
 

@@ -18,8 +18,8 @@ import httpx
 
 from convmem.chat import ChatClient, ChatError
 from convmem.errors import MarkingError
+from convmem.governance.marker import MarkTurn
 from convmem.governance.policy import GovernancePolicy, policy_key
-from convmem.governance.rules import MarkTurn
 from convmem.governance.schema import (
     CATEGORIES,
     EVIDENCE_LEVELS,

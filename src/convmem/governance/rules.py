@@ -13,27 +13,15 @@ requests are found by :func:`save_intent` and turned into pins by ``derive``.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+from convmem.governance.marker import MarkerBase, MarkTurn
 from convmem.governance.policy import GovernancePolicy, policy_key
 from convmem.governance.schema import TurnMark
 from convmem.text import words
 from convmem.text.segment import STOPWORDS
 
 __all__ = ["CONFIRMS", "MarkTurn", "RuleMarker", "SaveIntent", "save_intent", "value_score"]
-
-
-@dataclass(frozen=True)
-class MarkTurn:
-    """A turn as markers see it."""
-
-    seq: int
-    turn_id: int | str
-    role: str
-    text: str
-    timestamp: float
-    name: str | None = None
 
 
 def _rx(*parts: str) -> re.Pattern[str]:
@@ -251,20 +239,15 @@ USER_CUES: tuple[tuple[re.Pattern[str], bool, tuple[str, str | None, str, float,
 )
 
 
-class RuleMarker:
-    """Deterministic, offline marker; the default."""
+class RuleMarker(MarkerBase):
+    """Deterministic, offline marker; the default. Needs no context: each turn is marked
+    on its own words."""
 
     name = "rules-v1"
 
-    def mark(
-        self,
-        turns: Sequence[MarkTurn],
-        context: Sequence[MarkTurn] = (),
-        policy: GovernancePolicy | None = None,
+    def mark_turns(
+        self, turns: list[MarkTurn], context: list[MarkTurn], policy: GovernancePolicy
     ) -> list[TurnMark]:
-        """Mark each turn; ``context`` (earlier turns) is not needed by the rules."""
-        del context
-        policy = policy or GovernancePolicy()
         return [self.mark_one(turn, policy) for turn in turns]
 
     def mark_one(self, turn: MarkTurn, policy: GovernancePolicy) -> TurnMark:
