@@ -18,6 +18,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from convmem.governance.marker import ROLE_EVIDENCE, MarkTurn
 from convmem.governance.policy import GovernancePolicy
@@ -195,8 +196,7 @@ def derive(
     decisions = decisions or {}
     out = Derived()
     effective = {turn.seq: base[turn.seq] for turn in turns}
-    _confirm_proposals(turns, base, effective, out, new_from)
-    _keep_answered_questions(turns, effective, out, new_from)
+    _adopt_assistant_turns(turns, base, effective, out, new_from)
     _apply_pins(conversation_id, turns, effective, out, policy, pin_status, new_from)
     _apply_decisions(effective, decisions)
     for seq in expired:
@@ -213,61 +213,46 @@ def derive(
     return out
 
 
-def _confirm_proposals(
+def _adopt_assistant_turns(
     turns: Sequence[MarkTurn],
     base: Mapping[int, TurnMark],
     effective: dict[int, TurnMark],
     out: Derived,
     new_from: int,
 ) -> None:
-    """A user decision that answers an assistant proposal keeps the proposal, confirmed."""
-    for position, turn in enumerate(turns):
-        mark = base[turn.seq]
-        if turn.role != "user" or mark.subtype != "decision" or position == 0:
+    """An assistant turn the user's next turn settles is kept: a proposal the user's
+    decision confirms, or a question the user's kept answer replies to ("Is your passport
+    still valid?" -> "It expires in May")."""
+    for position in range(1, len(turns)):
+        turn, previous = turns[position], turns[position - 1]
+        if turn.role != "user" or previous.role != "assistant" or effective[previous.seq].keep:
             continue
-        previous = turns[position - 1]
-        proposal = effective[previous.seq]
-        if previous.role != "assistant" or proposal.keep or not CONFIRMS.search(turn.text):
-            continue
-        effective[previous.seq] = proposal.model_copy(
-            update={
-                "keep": True,
-                "category": "fact",
+        mark, answer = base[turn.seq], effective[turn.seq]
+        if mark.subtype == "decision" and CONFIRMS.search(turn.text):
+            update: dict[str, Any] = {
                 "subtype": "decision",
                 "evidence_level": "S3_user_confirmed",
-                "importance": max(proposal.importance, mark.importance),
-                "ttl_seconds": mark.ttl_seconds,
-                "forget_policy": mark.forget_policy,
+                "importance": max(effective[previous.seq].importance, mark.importance),
                 "reason": f"assistant proposal the user confirmed in turn {turn.turn_id}",
             }
-        )
-        if turn.seq >= new_from:
-            out.overlay_targets.add(previous.seq)
-
-
-def _keep_answered_questions(
-    turns: Sequence[MarkTurn], effective: dict[int, TurnMark], out: Derived, new_from: int
-) -> None:
-    """An assistant question the user's kept answer replies to is kept as its context
-    ("Is your passport still valid?" -> "It expires in May")."""
-    for position, turn in enumerate(turns):
-        if turn.role != "user" or position == 0 or not effective[turn.seq].keep:
-            continue
-        previous = turns[position - 1]
-        question = effective[previous.seq]
-        if previous.role != "assistant" or question.keep or not _is_question(previous.text):
-            continue
-        answer = effective[turn.seq]
-        effective[previous.seq] = question.model_copy(
-            update={
-                "keep": True,
-                "category": "fact",  # context only: no note of its own
-                "subtype": None,
+            source = mark
+        elif answer.keep and _is_question(previous.text):
+            update = {
+                "subtype": None,  # context only: no note of its own
                 "evidence_level": "S1_ai_inference",
                 "importance": min(answer.importance, 0.3),
-                "ttl_seconds": answer.ttl_seconds,
-                "forget_policy": answer.forget_policy,
                 "reason": f"question answered by turn {turn.turn_id}: kept as its context",
+            }
+            source = answer
+        else:
+            continue
+        effective[previous.seq] = effective[previous.seq].model_copy(
+            update={
+                **update,
+                "keep": True,
+                "category": "fact",
+                "ttl_seconds": source.ttl_seconds,
+                "forget_policy": source.forget_policy,
             }
         )
         if turn.seq >= new_from:
