@@ -16,7 +16,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError
 from pydantic.fields import FieldInfo
@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     )
     json_output: bool = Field(False, description="machine-readable output, no progress bars")
 
+    # The parsed TOML file of one load_settings call (set on a subclass made for that call).
+    file_values: ClassVar[dict[str, Any]] = {}
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -57,7 +60,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings
+        file_values: dict[str, Any] = getattr(settings_cls, "file_values", {})
+        return init_settings, env_settings, _DictSource(settings_cls, file_values)
 
 
 class _DictSource(PydanticBaseSettingsSource):
@@ -113,21 +117,10 @@ def load_settings(
     """
     path = config_file or os.environ.get("CONVMEM_CONFIG") or None
     file_values = _read_config_file(Path(path)) if path else {}
-
-    class _WithFile(Settings):
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return init_settings, env_settings, _DictSource(settings_cls, file_values)
-
+    with_file = type("Settings", (Settings,), {"file_values": file_values})
     try:
-        return _WithFile(**dict(flags or {}))
+        settings: Settings = with_file(**dict(flags or {}))
+        return settings
     except ValidationError as exc:
         error = exc.errors()[0]
         field = ".".join(str(part) for part in error["loc"])
