@@ -38,8 +38,8 @@ def ingest_file(
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     path = Path(args.file)
-    if not path.is_file():
-        raise FileNotFoundError(2, "No such file", str(path))
+    with path.open("rb"):  # a missing or unreadable file fails before the store is opened
+        pass
     with open_memory(args) as memory:
         with Progress.for_terminal("reading turns", quiet=quiet(args)) as bar:
             counts = ingest_file(memory, path, bar=bar)
@@ -131,10 +131,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def cmd_reindex(args: argparse.Namespace) -> int:
     with open_memory(args, allow_model_change=True) as memory:
-        model = memory.embedding.model_id
         with Progress.for_terminal("re-embedding", quiet=quiet(args), spin=True):
             count = memory.reindex()
-        print_json({"reindexed": count, "embedding_model": model})
+        print_json({"reindexed": count, "embedding_model": memory.stats()["embedding_model"]})
     return 0
 
 
