@@ -74,7 +74,11 @@ def drain_index(memory: Memory, args: argparse.Namespace, *, timeout: float) -> 
     with Progress.for_terminal("indexing", quiet=quiet(args), total=pending) as bar:
         while True:
             try:
-                return memory.flush(timeout=min(0.5, max(0.0, deadline - time.monotonic()))).failed
+                failed = memory.flush(
+                    timeout=min(0.5, max(0.0, deadline - time.monotonic()))
+                ).failed
+                bar.update(bar.total or 0)
+                return failed
             except FlushTimeoutError:
                 left, failed = memory.backlog()
                 bar.update(max(0, (bar.total or 0) - left))
