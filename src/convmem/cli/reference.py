@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from convmem.cli.main import build_parser
 
@@ -10,7 +11,22 @@ __all__ = ["render_reference"]
 
 
 def render_reference() -> str:
-    """Markdown with ``convmem --help`` and each command's ``--help``, in parser order."""
+    """Markdown with ``convmem --help`` and each command's ``--help``, in parser order.
+
+    Rendered 100 columns wide whatever the terminal, so the file is the same everywhere.
+    """
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        return _render()
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
+
+
+def _render() -> str:
     parser = build_parser()
     parser.prog = "convmem"
     parts = [
