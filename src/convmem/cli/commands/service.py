@@ -97,13 +97,14 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     worker.set_defaults(func=cmd_worker)
 
     serve = sub.add_parser(
-        "serve",
-        parents=common,
-        help="run the HTTP service (FastAPI; OpenAPI at /openapi.json)",
-        description="Run the HTTP service. --log-level also sets the server's log level; "
-        "the admin key comes from CONVMEM_ADMIN_KEY or the config file.",
+        "serve", parents=common, help="run the HTTP service (FastAPI; OpenAPI at /openapi.json)"
     )
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address; the admin key comes from CONVMEM_ADMIN_KEY or the config file, "
+        "and --log-level sets the server's log level too",
+    )
     serve.add_argument("--port", type=int, default=8077)
     serve.add_argument(
         "--no-auth", action="store_true", help="no API keys (loopback only; tenant 'default')"
