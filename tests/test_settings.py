@@ -82,3 +82,10 @@ def test_the_cli_reads_its_store_from_the_config_file(
     assert json.loads(capsys.readouterr().out)["tenant"] == "flag"
     assert main(["--config", str(tmp_path / "missing.toml"), "stats"]) == 2
     assert "fix --config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tenant", ["", "x" * 101, "a\nb"])
+def test_a_tenant_the_service_would_reject_is_refused_at_the_edge(tenant: str) -> None:
+    with pytest.raises(InvalidInputError, match="'tenant'") as info:
+        load_settings({"tenant": tenant})
+    assert info.value.field == "tenant"

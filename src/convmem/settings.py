@@ -36,7 +36,13 @@ class Settings(BaseSettings):
 
     store: str | None = Field(None, description="store URL or file; default: the user data dir")
     embedder: str | None = Field(None, description="embedder spec; default: the store's model")
-    tenant: str = Field("default", description="the tenant commands act for")
+    tenant: str = Field(
+        "default",
+        min_length=1,
+        max_length=100,
+        pattern=r"^[^\x00-\x1f]+$",
+        description="the tenant commands act for (1-100 printable characters)",
+    )
     marker: str = Field("rules", description="Stage 2 marker: rules, keep-all or llm")
     policy: str | None = Field(None, description="product retention policy JSON file")
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL (marker llm)")
