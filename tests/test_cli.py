@@ -357,3 +357,20 @@ def test_serve_log_level_reaches_the_settings() -> None:
     assert args.log_level == "debug" and args.no_auth
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--log-level", "loud"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["serve", "--port", "99999"], "--port"),
+        (["search", "x", "--top-k", "0"], "--top-k"),
+        (["ingest", "t.jsonl", "--timeout", "1e309"], "--timeout"),
+        (["worker", "--threads", "-1"], "--threads"),
+        (["rechunk", "--version", "x"], "--version"),
+    ],
+)
+def test_numbers_are_bounded_at_the_edge(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(capsys, *argv)
+    assert code == 2 and f"argument {named}:" in err and err.count("\n") == 1

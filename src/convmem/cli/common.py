@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from convmem.cli.progress import Progress
@@ -15,7 +16,15 @@ from convmem.settings import Settings
 if TYPE_CHECKING:
     from convmem import Memory
 
-__all__ = ["drain_index", "open_memory", "print_json", "quiet", "settings_of"]
+__all__ = [
+    "bounded_int",
+    "drain_index",
+    "open_memory",
+    "print_json",
+    "quiet",
+    "seconds",
+    "settings_of",
+]
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
@@ -87,3 +96,30 @@ def drain_index(memory: Memory, args: argparse.Namespace, *, timeout: float) -> 
                         f"{left} index jobs still pending after {timeout:g}s ({failed} "
                         "failed); raise --timeout, or run 'convmem jobs --status failed'"
                     ) from None
+
+
+def bounded_int(low: int, high: int = 2**31 - 1) -> Callable[[str], int]:
+    """An argparse type: an int in ``[low, high]``, else a usage error naming the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds (at most a week)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"{text} is outside 0..604800 seconds")
+    return value

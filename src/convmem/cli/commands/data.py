@@ -9,7 +9,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from convmem.cli.common import drain_index, open_memory, print_json, quiet
+from convmem.cli.common import (
+    bounded_int,
+    drain_index,
+    open_memory,
+    print_json,
+    quiet,
+    seconds,
+)
 from convmem.cli.progress import Progress
 from convmem.errors import InvalidInputError
 
@@ -191,12 +198,12 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     )
     ingest.add_argument("file")
     ingest.add_argument("--no-wait", action="store_true", help="return once turns are durable")
-    ingest.add_argument("--timeout", type=float, default=600.0)
+    ingest.add_argument("--timeout", type=seconds, default=600.0)
     ingest.set_defaults(func=cmd_ingest)
 
     search = sub.add_parser("search", parents=common, help="hybrid search")
     search.add_argument("query")
-    search.add_argument("--top-k", type=int, default=6)
+    search.add_argument("--top-k", type=bounded_int(1, 1000), default=6)
     search.add_argument("--conversation", help="only this conversation")
     search.add_argument("--filter", help='filters as JSON, e.g. \'{"speakers": "user"}\'')
     search.set_defaults(func=cmd_search)
@@ -209,7 +216,7 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     scope.add_argument("--turns", help="turn range, e.g. 3-7")
     scope.add_argument("--chunk-id", action="append", help="a chunk id (repeatable)")
     scope.add_argument("--all", action="store_true", help="the whole conversation")
-    delete.add_argument("--timeout", type=float, default=600.0)
+    delete.add_argument("--timeout", type=seconds, default=600.0)
     delete.set_defaults(func=cmd_delete)
 
     reindex = sub.add_parser("reindex", parents=common, help="re-embed every chunk with --embedder")
@@ -219,11 +226,13 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         "rechunk", parents=common, help="re-cut dialogue under a new chunking policy"
     )
     rechunk.add_argument("--conversation", help="only this conversation")
-    rechunk.add_argument("--version", type=int, required=True, help="the new chunk_version")
-    rechunk.add_argument("--max-chars", type=int, default=600)
-    rechunk.add_argument("--max-turns", type=int, default=4)
-    rechunk.add_argument("--overlap", type=int, default=1)
-    rechunk.add_argument("--timeout", type=float, default=3600.0)
+    rechunk.add_argument(
+        "--version", type=bounded_int(0), required=True, help="the new chunk_version"
+    )
+    rechunk.add_argument("--max-chars", type=bounded_int(1), default=600)
+    rechunk.add_argument("--max-turns", type=bounded_int(1), default=4)
+    rechunk.add_argument("--overlap", type=bounded_int(0), default=1)
+    rechunk.add_argument("--timeout", type=seconds, default=3600.0)
     rechunk.set_defaults(func=cmd_rechunk)
 
     purge = sub.add_parser("purge", parents=common, help="physically remove deleted text")
@@ -239,6 +248,6 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
 
     jobs = sub.add_parser("jobs", parents=common, help="list index jobs, or retry one")
     jobs.add_argument("--status", choices=["pending", "running", "done", "failed"])
-    jobs.add_argument("--limit", type=int, default=50)
-    jobs.add_argument("--retry", type=int, metavar="JOB_ID")
+    jobs.add_argument("--limit", type=bounded_int(1, 100000), default=50)
+    jobs.add_argument("--retry", type=bounded_int(0, 2**63 - 1), metavar="JOB_ID")
     jobs.set_defaults(func=cmd_jobs)

@@ -7,7 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from convmem.cli.common import drain_index, open_memory, print_json, quiet
+from convmem.cli.common import (
+    bounded_int,
+    drain_index,
+    open_memory,
+    print_json,
+    quiet,
+    seconds,
+)
 from convmem.errors import InvalidInputError
 
 __all__ = ["register"]
@@ -122,7 +129,7 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     )
     notes.add_argument("--conversation")
     notes.add_argument("--status", choices=["pending", "confirmed", "rejected"])
-    notes.add_argument("--limit", type=int, default=200)
+    notes.add_argument("--limit", type=bounded_int(1, 100000), default=200)
     notes.set_defaults(func=cmd_notes)
 
     note = sub.add_parser(
@@ -133,7 +140,7 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     note.add_argument(
         "--evidence", help="evidence level to record on confirm, e.g. S3_user_confirmed"
     )
-    note.add_argument("--timeout", type=float, default=600.0)
+    note.add_argument("--timeout", type=seconds, default=600.0)
     note.set_defaults(func=cmd_note)
 
     policy = sub.add_parser(
@@ -146,5 +153,5 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     sweep = sub.add_parser(
         "sweep", parents=common, help="mark expired memory now and re-cut its chunks"
     )
-    sweep.add_argument("--timeout", type=float, default=600.0)
+    sweep.add_argument("--timeout", type=seconds, default=600.0)
     sweep.set_defaults(func=cmd_sweep)

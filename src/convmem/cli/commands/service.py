@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from convmem.cli.common import open_memory, print_json, settings_of
+from convmem.cli.common import bounded_int, open_memory, print_json, settings_of
 from convmem.errors import InvalidInputError
 
 __all__ = ["register"]
@@ -92,7 +92,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     worker = sub.add_parser("worker", parents=common, help="run index workers against the store")
-    worker.add_argument("--threads", type=int, default=1)
+    worker.add_argument("--threads", type=bounded_int(0, 256), default=1)
     worker.add_argument("--once", action="store_true", help="drain ready jobs, then exit")
     worker.set_defaults(func=cmd_worker)
 
@@ -105,12 +105,16 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         help="bind address; the admin key comes from CONVMEM_ADMIN_KEY or the config file, "
         "and --log-level sets the server's log level too",
     )
-    serve.add_argument("--port", type=int, default=8077)
+    serve.add_argument("--port", type=bounded_int(0, 65535), default=8077)
     serve.add_argument(
         "--no-auth", action="store_true", help="no API keys (loopback only; tenant 'default')"
     )
-    serve.add_argument("--threads", type=int, default=1, help="index worker threads (0: none)")
-    serve.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    serve.add_argument(
+        "--threads", type=bounded_int(0, 256), default=1, help="index worker threads (0: none)"
+    )
+    serve.add_argument(
+        "--max-body-bytes", type=bounded_int(1024, 2**31 - 1), default=4 * 1024 * 1024
+    )
     serve.set_defaults(func=cmd_serve)
 
     keys = sub.add_parser(

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from convmem.cli.commands.data import ingest_file, show_hits
-from convmem.cli.common import drain_index, open_memory, print_json, settings_of
+from convmem.cli.common import (
+    bounded_int,
+    drain_index,
+    open_memory,
+    print_json,
+    seconds,
+    settings_of,
+)
 from convmem.errors import InvalidInputError
 
 __all__ = ["DEMO_QUERIES", "register"]
@@ -144,9 +151,9 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     scene.add_argument("project")
     scene.add_argument("--plan", help="ScenePlan JSON file")
     scene.add_argument("--characters", help="CharactersConfig JSON file")
-    scene.add_argument("--chapter", type=int, help="default: the plan's chapter_index")
-    scene.add_argument("--scene", type=int, help="default: the plan's scene_index")
-    scene.add_argument("--top-k", type=int, default=10)
+    scene.add_argument("--chapter", type=bounded_int(0), help="default: the plan's chapter_index")
+    scene.add_argument("--scene", type=bounded_int(0), help="default: the plan's scene_index")
+    scene.add_argument("--top-k", type=bounded_int(1, 1000), default=10)
     scene.add_argument("-o", "--output", help="write the SceneMemoryContext JSON here")
     scene.add_argument(
         "--demo", action="store_true", help="load the bundled Chinese story and use its plan"
@@ -156,5 +163,5 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser(
         "demo", parents=common, help="ingest the bundled Chinese sample and search it"
     )
-    demo.add_argument("--timeout", type=float, default=120.0)
+    demo.add_argument("--timeout", type=seconds, default=120.0)
     demo.set_defaults(func=cmd_demo)
