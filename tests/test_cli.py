@@ -166,3 +166,211 @@ def test_cli_reference_matches_the_parser(monkeypatch: pytest.MonkeyPatch) -> No
     assert render_reference() == expected, (
         "regenerate: python -m convmem.cli.reference > docs/cli.md"
     )
+
+
+def _write_turns(path: Path, conversation_id: str = "c1", count: int = 4) -> Path:
+    texts = ["我养了一只橘猫叫年糕", "年糕真可爱", "我在学吉他", "加油", "护照明年过期", "记得续签"]
+    rows = [
+        {
+            "conversation_id": conversation_id,
+            "turn_id": i,
+            "role": "user" if i % 2 == 0 else "assistant",
+            "text": texts[i % len(texts)],
+        }
+        for i in range(count)
+    ]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    return path
+
+
+def test_global_options_are_accepted_after_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "cli.db")
+    data = _write_turns(tmp_path / "t.jsonl")
+    assert _run(capsys, "ingest", str(data), "--store", store, "--embedder", "hashing:512")[0] == 0
+    code, out, err = _run(capsys, "reindex", "--embedder", "hashing:128", "--store", store)
+    assert code == 0, err
+    assert json.loads(out)["embedding_model"] == "hashing-v1-128"
+    code, out, _ = _run(capsys, "stats", "--store", store, "--tenant", "default", "--json")
+    assert code == 0 and json.loads(out)["embedding_model"] == "hashing-v1-128"
+
+
+def test_delete_without_a_scope_is_a_usage_error_and_all_says_what_it_deleted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "cli.db")
+    data = _write_turns(tmp_path / "t.jsonl")
+    base = ["--store", store, "--embedder", "hashing"]
+    assert _run(capsys, *base, "ingest", str(data))[0] == 0
+    code, _, err = _run(capsys, *base, "delete", "c1")
+    assert code == 2 and "--all" in err and err.count("\n") == 1
+    code, out, _ = _run(capsys, *base, "stats")
+    assert json.loads(out)["turns"] == 4, "a bare delete must delete nothing"
+    code, out, _ = _run(capsys, *base, "delete", "c1", "--all")
+    result = json.loads(out)
+    assert code == 0 and result["scope"] == "the whole conversation"
+    assert result["turns_deleted"] == 4 and result["conversation_id"] == "c1"
+    code, _, err = _run(capsys, *base, "delete", "c1", "--all", "--turns", "1-2")
+    assert code == 2 and "not allowed with" in err
+
+
+def test_missing_input_file_is_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(capsys, "--store", "m.db", "ingest", "missing.jsonl")
+    assert code == 1 and out == ""
+    assert err.startswith("error: missing.jsonl: no such file") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_a_closed_stdout_pipe_is_silent(tmp_path: Path) -> None:
+    store = str(tmp_path / "m.db")
+    data = _write_turns(tmp_path / "t.jsonl", count=6)
+    cli = [sys.executable, "-m", "convmem", "--store", store, "--embedder", "hashing"]
+    subprocess.run([*cli, "ingest", str(data)], check=True, capture_output=True, timeout=120)
+    # The reader goes away before the command writes: what `| head -1` does to a long output.
+    with subprocess.Popen(
+        [*cli, "search", "年糕", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        assert process.wait(timeout=120) == 141
+    assert err == "", err
+
+
+def test_unexpected_errors_are_one_line_with_a_hint(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    from convmem.cli.errors import run_command
+
+    def broken(args: argparse.Namespace) -> int:
+        raise KeyError("chunk_id")
+
+    code = run_command(broken, argparse.Namespace())
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "rerun with -v" in err
+
+
+def test_usage_errors_are_one_line_naming_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "search")
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("error: ") and "'convmem search --help'" in err
+
+
+def test_keys_create_needs_an_explicit_tenant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CONVMEM_TENANT", raising=False)
+    store = str(tmp_path / "k.db")
+    code, _, err = _run(capsys, "--store", store, "keys", "create")
+    assert code == 2 and "--tenant NAME" in err
+    code, out, _ = _run(capsys, "keys", "create", "--tenant", "acme", "--store", store)
+    assert code == 0 and json.loads(out)["tenant"] == "acme"
+    root = Path(__file__).parents[1]
+    for doc in ("README.md", "docs/cli.md"):
+        assert "convmem keys create --tenant" in (root / doc).read_text(encoding="utf-8"), doc
+
+
+def test_the_demo_suggests_a_marks_command_that_shows_its_marks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("CONVMEM_STORE", raising=False)
+    code, out, _ = _run(capsys, "--embedder", "hashing", "demo")
+    assert code == 0
+    suggested = out.split("'convmem ", 1)[1].split("'", 1)[0]
+    code, out, _ = _run(capsys, *shlex.split(suggested))
+    assert code == 0 and "(no marks" not in out and "keep" in out
+
+
+def test_purge_all_tenants_removes_every_tenants_deleted_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "p.db")
+    data = _write_turns(tmp_path / "t.jsonl")
+    for tenant in ("a", "b"):
+        base = ["--store", store, "--embedder", "hashing", "--tenant", tenant]
+        assert _run(capsys, *base, "ingest", str(data))[0] == 0
+        assert _run(capsys, *base, "delete", "c1", "--turns", "0-1")[0] == 0
+    code, out, _ = _run(capsys, "purge", "--all-tenants", "--store", store, "--tenant", "a")
+    assert code == 0 and json.loads(out)["turns"] == 4
+
+
+def test_version_and_python_dash_m(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    result = subprocess.run(
+        [sys.executable, "-m", "convmem", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.strip() == f"convmem {version('convmem')}"
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_script_is_valid_and_knows_the_commands(
+    shell: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    code, out, _ = _run(capsys, "completion", shell)
+    assert code == 0 and "complete -o default -F _convmem convmem" in out
+    assert "ingest) opts=" in out and "--all-tenants" in out
+    if shutil.which("bash"):
+        check = subprocess.run(["bash", "-n"], input=out, text=True, capture_output=True)
+        assert check.returncode == 0, check.stderr
+
+
+def test_progress_bar_draws_on_a_terminal_only() -> None:
+    import io
+
+    from convmem.cli.progress import Progress
+
+    stream = io.StringIO()
+    with Progress("indexing", total=4, enabled=True, stream=stream) as bar:
+        bar.update(2)
+    assert "indexing [" in stream.getvalue() and "4" in stream.getvalue()
+    silent = io.StringIO()
+    with Progress("indexing", total=4, enabled=False, stream=silent) as bar:
+        bar.update(4)
+    assert silent.getvalue() == ""
+    assert not Progress.for_terminal("x", quiet=True).enabled
+
+
+def test_piped_ingest_draws_no_progress(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _write_turns(tmp_path / "t.jsonl")
+    code, _, err = _run(capsys, "--store", str(tmp_path / "m.db"), "ingest", str(data))
+    assert code == 0 and err == ""
+
+
+def test_serve_log_level_reaches_the_settings() -> None:
+    args = build_parser().parse_args(["serve", "--log-level", "debug", "--no-auth"])
+    assert args.log_level == "debug" and args.no_auth
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--log-level", "loud"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["serve", "--port", "99999"], "--port"),
+        (["search", "x", "--top-k", "0"], "--top-k"),
+        (["ingest", "t.jsonl", "--timeout", "1e309"], "--timeout"),
+        (["worker", "--threads", "-1"], "--threads"),
+        (["rechunk", "--version", "x"], "--version"),
+    ],
+)
+def test_numbers_are_bounded_at_the_edge(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(capsys, *argv)
+    assert code == 2 and f"argument {named}:" in err and err.count("\n") == 1

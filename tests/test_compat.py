@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,8 +97,22 @@ def test_build_rejects_mixed_conversations() -> None:
         rag.build_incremental_chunks([EVENTS[0], {**EVENTS[1], "conversation_id": "other"}])
 
 
-def test_default_store_is_in_the_user_data_dir_not_tmp() -> None:
+@pytest.mark.parametrize("xdg_data_home", [None, "/srv/data"])
+def test_default_store_is_in_the_user_data_dir_not_tmp(
+    monkeypatch: pytest.MonkeyPatch, xdg_data_home: str | None
+) -> None:
+    import platformdirs
+
     from convmem.store import default_store_path
 
+    # Independent of the caller's environment: CI and the docs test set XDG_DATA_HOME.
+    monkeypatch.setenv("HOME", "/home/someone")
+    if xdg_data_home is None:
+        monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_DATA_HOME", xdg_data_home)
     path = default_store_path()
+    assert path == Path(platformdirs.user_data_dir("convmem", appauthor=False)) / "memory.db"
     assert path.name == "memory.db" and not str(path).startswith("/tmp")
+    if xdg_data_home is not None and sys.platform.startswith("linux"):
+        assert path == Path(xdg_data_home) / "convmem" / "memory.db"

@@ -1,0 +1,1 @@
+"""One module per group of commands; each has ``register(subparsers, common)``."""

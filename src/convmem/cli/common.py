@@ -1,0 +1,125 @@
+"""What every command shares: opening the Memory from settings, JSON output, waiting for
+the index with a progress bar."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from convmem.cli.progress import Progress
+from convmem.errors import FlushTimeoutError
+from convmem.settings import Settings
+
+if TYPE_CHECKING:
+    from convmem import Memory
+
+__all__ = [
+    "bounded_int",
+    "drain_index",
+    "open_memory",
+    "print_json",
+    "quiet",
+    "seconds",
+    "settings_of",
+]
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    settings: Settings = args.settings
+    return settings
+
+
+def quiet(args: argparse.Namespace) -> bool:
+    """True when output is for machines (``--json``): no progress bars."""
+    return settings_of(args).json_output
+
+
+def open_memory(
+    args: argparse.Namespace,
+    *,
+    workers: int = 0,
+    allow_model_change: bool = False,
+    chunking: Any = None,
+) -> Memory:
+    from convmem import Memory
+    from convmem.embed import resolve_embedder
+    from convmem.governance import resolve_marker
+
+    settings = settings_of(args)
+    return Memory.open(
+        settings.store,
+        embedder=resolve_embedder(settings.embedder) if settings.embedder else None,
+        tenant=settings.tenant,
+        workers=workers,
+        allow_model_change=allow_model_change,
+        chunking=chunking,
+        marker=resolve_marker(
+            settings.marker,
+            llm_url=settings.llm_url,
+            llm_model=settings.llm_model,
+            llm_key=settings.llm_key,
+        ),
+        policy=settings.policy,
+    )
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+
+
+def drain_index(memory: Memory, args: argparse.Namespace, *, timeout: float) -> int:
+    """Run this tenant's index jobs until none is pending, drawing a bar on a terminal.
+
+    Returns the number of failed jobs.
+
+    Raises:
+        FlushTimeoutError: jobs were still pending after ``timeout`` seconds.
+    """
+    pending, failed = memory.backlog()
+    deadline = time.monotonic() + timeout
+    with Progress.for_terminal("indexing", quiet=quiet(args), total=pending) as bar:
+        while True:
+            try:
+                failed = memory.flush(
+                    timeout=min(0.5, max(0.0, deadline - time.monotonic()))
+                ).failed
+                bar.update(bar.total or 0)
+                return failed
+            except FlushTimeoutError:
+                left, failed = memory.backlog()
+                bar.update(max(0, (bar.total or 0) - left))
+                if time.monotonic() >= deadline:
+                    raise FlushTimeoutError(
+                        f"{left} index jobs still pending after {timeout:g}s ({failed} "
+                        "failed); raise --timeout, or run 'convmem jobs --status failed'"
+                    ) from None
+
+
+def bounded_int(low: int, high: int = 2**31 - 1) -> Callable[[str], int]:
+    """An argparse type: an int in ``[low, high]``, else a usage error naming the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds (at most a week)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"{text} is outside 0..604800 seconds")
+    return value
