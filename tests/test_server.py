@@ -175,7 +175,7 @@ def test_confirmation_loop_over_http(server: LiveServer) -> None:
             "/v1/search", json={"query_text": "吉他", "hints": {"strategies": ["teleport"]}}
         )
         assert bad_hints.status_code == 422
-        assert bad_hints.json()["error"]["field"] == "hints.strategies"
+        assert bad_hints.json()["error"]["field"] == "hints.strategies[0]"
         policy = client.put("/v1/policy", json={"rules": {"note": {"ttl_seconds": 60}}})
         assert policy.json()["rules"]["note"]["ttl_seconds"] == 60
         bad_policy = client.put("/v1/policy", json={"rules": {"nope": {}}})
