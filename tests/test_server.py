@@ -287,7 +287,15 @@ def test_bad_input_gets_4xx_naming_the_field(tmp_path: Path) -> None:
                     None,
                 ),
                 (client.post(url, json={"turns": "not a list"}), 422, "turns"),
-                (client.post(url, json={"turns": [], "extra": 1}), 422, "extra"),
+                (
+                    client.post(
+                        url,
+                        json={"turns": [{"turn_id": 1, "role": "user", "text": "x"}], "extra": 1},
+                    ),
+                    422,
+                    "extra",
+                ),
+                (client.post(url, json={"turns": []}), 422, "turns"),
                 (
                     client.post(
                         url, json={"turns": [{"turn_id": True, "role": "user", "text": "x"}]}

@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from convmem.errors import ConvmemError, InvalidInputError
 from convmem.server.auth import Service
@@ -153,8 +154,23 @@ def _add_exception_handlers(app: FastAPI) -> None:
         return validation_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return http_error_response(exc.status_code, exc.detail, exc.headers)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = exc.headers
+        if exc.status_code == 405:  # Starlette names only the first route at this path
+            headers = {**(headers or {}), "Allow": _allowed_methods(app, request)}
+        return http_error_response(exc.status_code, exc.detail, headers)
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> str:
+    """Every method some route accepts at the request's path (GET /v1/policy and PUT)."""
+    methods: set[str] = set()
+    routes = [*app.routes, *(route for router in ROUTERS for route in router.routes)]
+    for route in routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches({**request.scope, "method": "GET"})
+            if match is not Match.NONE:
+                methods |= route.methods
+    return ", ".join(sorted(methods))
 
 
 def _configure_logging(level: LogLevel) -> None:

@@ -9,6 +9,7 @@ statuses it can return, so that ``/openapi.json`` says what clients will get.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,6 +52,9 @@ STATUS: list[tuple[type[BaseException], int, str]] = [
     (EmbedderError, 503, "embedder_unavailable"),
 ]
 
+# pydantic names the member of a union that failed: int, constrained-str, tuple[...], ...
+UNION_TAG = re.compile(r"^(int|str|bool|float|none|constrained-\w+|[\w-]+\[.*\])$")
+ERROR_BODY_REF = "#/components/schemas/ErrorBody"
 HTTP_KINDS = {400: "invalid_body", 404: "not_found", 405: "method_not_allowed"}
 
 DESCRIPTIONS = {
@@ -160,7 +164,7 @@ def field_path(loc: Sequence[Any]) -> str | None:
             continue
         if isinstance(part, int):
             path += f"[{part}]"
-        elif "[" in str(part) or str(part).startswith("function-"):
+        elif UNION_TAG.match(str(part)):
             continue  # a union member's tag such as "tuple[str, str]", not a field
         else:
             path += f".{part}" if path else str(part)

@@ -9,13 +9,23 @@ non-finite numbers), so those are a 422 too and never reach the store.
 
 # No "from __future__ import annotations": FastAPI and pydantic read these at runtime.
 import math
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Path, Request
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    field_validator,
+    model_validator,
+)
 
 from convmem.errors import InvalidInputError
-from convmem.models import MAX_SEQ, ChunkRecord
+from convmem.models import MAX_SEQ, ChunkMetadata, ChunkRecord, Role
 from convmem.story import CharactersConfig, EntityStateSnapshot, ScenePlan, StoryMemoryChunk
 
 __all__ = [
@@ -27,6 +37,7 @@ __all__ = [
     "SearchIn",
     "StoryChunksIn",
     "StoryStatesIn",
+    "TurnIn",
     "TurnsIn",
     "TurnsOut",
     "UpdateIn",
@@ -38,17 +49,68 @@ INT64 = 2**63 - 1
 Strategy = Literal["semantic_search", "deep_search", "temporal_search", "persona_search"]
 Bounded = Annotated[str, Field(max_length=64)]
 JobId = Annotated[int, Path(ge=1, le=MAX_SEQ)]
+Seq = Annotated[int, Field(ge=0, le=MAX_SEQ)]
+TurnIdInt = Annotated[int, Field(strict=True, ge=0, le=MAX_SEQ)]
+TurnIdText = Annotated[str, Field(strict=True, min_length=1, max_length=200, pattern=r"\d$")]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class TurnsIn(_Strict):
-    turns: list[dict[str, Any]] = Field(
-        description="turns: turn_id (int or string ending in digits), role "
-        "(user|assistant|tool|system) or speaker, text, timestamp (ISO 8601), optional name, meta"
+def _whole_number(value: Any) -> Any:
+    # JSON Schema calls 7.0 an integer, so clients may send it; True is not a turn id.
+    if isinstance(value, bool):
+        raise ValueError(f"turn_id must be an int or a string ending in digits, got {value}")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class TurnIn(_Strict):
+    """One turn as sent; :class:`convmem.models.Turn` checks it again (one definition).
+
+    The seed's names ``speaker`` (for ``role``) and ``timestamp_iso`` (for ``timestamp``)
+    are accepted too.
+    """
+
+    turn_id: Annotated[TurnIdInt | TurnIdText, BeforeValidator(_whole_number)] = Field(
+        description="an int, or a string ending in digits (the digits give the order)"
     )
+    role: Role = Field(description="also accepted as speaker")
+    text: str = Field(min_length=1)
+    timestamp: AwareDatetime | None = Field(
+        default=None,
+        description="ISO 8601 with a time zone (also accepted as timestamp_iso); "
+        "default: when the turn is accepted",
+    )
+    name: str | None = Field(default=None, max_length=200)
+    meta: dict[str, JsonValue] = Field(default_factory=dict)
+    conversation_id: str | None = Field(
+        default=None, max_length=200, description="ignored: the path names the conversation"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_names(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for alias, name in (("speaker", "role"), ("timestamp_iso", "timestamp")):
+            if alias in data:
+                value = data.pop(alias)
+                if name in data and data[name] != value:
+                    raise ValueError(f"{alias!r} and {name!r} disagree; send one of them")
+                data[name] = value
+        return data
+
+
+class TurnsIn(_Strict):
+    turns: list[TurnIn] = Field(min_length=1)
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        """The turns as the library takes them, without the fields that were not sent."""
+        return [turn.model_dump(mode="json", exclude_unset=True) for turn in self.turns]
 
 
 class TurnsOut(BaseModel):
@@ -100,8 +162,45 @@ class SearchIn(_Strict):
 
 class DeleteIn(_Strict):
     conversation_id: str = Field(min_length=1, max_length=200)
-    turn_range: tuple[int, int] | None = None
+    turn_range: tuple[Seq, Seq] | None = None
     chunk_ids: list[str] | None = Field(default=None, max_length=1000)
+
+
+def _iso_time(value: str | None, what: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(
+            f"{what} {value[:40]!r} is not an ISO 8601 time; send e.g. 2026-02-02T10:15:30+08:00"
+        ) from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"{what} {value!r} has no time zone; add one, e.g. +08:00 or Z")
+    return value
+
+
+class ChunkMetadataIn(ChunkMetadata):
+    """:class:`ChunkMetadata` whose times are checked before they reach the store."""
+
+    @field_validator("expires_at")
+    @classmethod
+    def _expires_at(cls, value: str | None) -> str | None:
+        return _iso_time(value, "expires_at")
+
+    @field_validator("timestamp_range")
+    @classmethod
+    def _timestamp_range(cls, value: tuple[str, str] | None) -> tuple[str, str] | None:
+        if value is not None:
+            _iso_time(value[0], "timestamp_range[0]")
+            _iso_time(value[1], "timestamp_range[1]")
+        return value
+
+
+class ChunkRecordIn(ChunkRecord):
+    """A :class:`~convmem.models.ChunkRecord` (what ``/v1/update`` overwrites), checked."""
+
+    metadata: ChunkMetadataIn
 
 
 class UpdateIn(_Strict):
@@ -112,7 +211,7 @@ class UpdateIn(_Strict):
     ``evidence_level`` may be raised on confirm.
     """
 
-    chunk: ChunkRecord | None = None
+    chunk: ChunkRecordIn | None = None
     note_id: str | None = Field(default=None, max_length=200)
     confirm: bool | None = None
     status: Literal["confirmed", "rejected"] | None = None

@@ -40,7 +40,7 @@ def add_turns(
             "split them into several requests",
             field="turns",
         )
-    receipt = memory.add_turns(conversation_id, body.turns)
+    receipt = memory.add_turns(conversation_id, body.as_dicts())
     duplicate = not receipt.accepted_turn_ids
     if duplicate:
         response.status_code = 200
