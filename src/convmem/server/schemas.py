@@ -25,19 +25,27 @@ from pydantic import (
 )
 
 from convmem.errors import InvalidInputError
-from convmem.models import MAX_SEQ, ChunkMetadata, ChunkRecord, Role
+from convmem.models import MAX_SEQ, ChunkMetadata, ChunkRecord, Hit, JobInfo, Role
 from convmem.story import CharactersConfig, EntityStateSnapshot, ScenePlan, StoryMemoryChunk
 
 __all__ = [
+    "ConversationStatusOut",
     "DeleteIn",
+    "DeleteOut",
     "HealthOut",
     "Hints",
     "KeyIn",
+    "KeyOut",
+    "RevokedOut",
     "SceneIn",
     "SearchIn",
+    "SearchOut",
     "StoryChunksIn",
+    "StoryChunksOut",
     "StoryStatesIn",
+    "StoryStatesOut",
     "TurnIn",
+    "TurnOut",
     "TurnsIn",
     "TurnsOut",
     "UpdateIn",
@@ -243,6 +251,56 @@ class KeyIn(_Strict):
 
 class HealthOut(BaseModel):
     status: Literal["ok"]
+
+
+class SearchOut(BaseModel):
+    hits: list[Hit]
+    hints: dict[str, JsonValue] | None = Field(
+        description="the hints applied (strategies, params, tiers), or null without hints"
+    )
+
+
+class TurnOut(BaseModel):
+    turn_id: int | str
+    role: str
+    name: str | None
+    text: str
+    timestamp: str
+
+
+class ConversationStatusOut(BaseModel):
+    conversation_id: str
+    backlog: int
+    last_turn: int | None
+    last_indexed_turn: int | None
+    failed_jobs: list[JobInfo]
+
+
+class DeleteOut(BaseModel):
+    deleted: int = Field(description="chunks marked deleted")
+    turns_deleted: int
+    errors: list[str]
+
+
+class StoryChunksOut(BaseModel):
+    project_id: str
+    chunk_ids: list[str]
+
+
+class StoryStatesOut(BaseModel):
+    project_id: str
+    states: int
+
+
+class KeyOut(BaseModel):
+    key_id: str
+    key: str = Field(description="the secret: shown only in this response")
+    tenant: str
+
+
+class RevokedOut(BaseModel):
+    key_id: str
+    status: Literal["revoked"]
 
 
 # -- what any body may hold ----------------------------------------------------------------

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Path, Query
 
 from convmem.server.auth import Admin, require_admin
 from convmem.server.errors import documented
-from convmem.server.schemas import KeyIn, check_json_values
+from convmem.server.schemas import KeyIn, KeyOut, RevokedOut, check_json_values
 
 __all__ = ["router"]
 
@@ -19,13 +19,13 @@ router = APIRouter(
 
 
 @router.post("/keys", status_code=201, responses=documented(400, 413))
-def create_key(body: KeyIn, memory: Admin) -> dict[str, str]:
+def create_key(body: KeyIn, memory: Admin) -> KeyOut:
     """Create an API key for a tenant; the key is shown only in this response.
 
     The tenant name is checked exactly as the library checks it (422 naming ``tenant``).
     """
     key_id, secret = memory.create_api_key(body.tenant, body.name)
-    return {"key_id": key_id, "key": secret, "tenant": body.tenant}
+    return KeyOut(key_id=key_id, key=secret, tenant=body.tenant)
 
 
 @router.get("/keys")
@@ -37,10 +37,10 @@ def list_keys(memory: Admin) -> list[dict[str, Any]]:
 @router.delete("/keys/{key_id}", responses=documented(404))
 def revoke_key(
     key_id: Annotated[str, Path(min_length=1, max_length=200)], memory: Admin
-) -> dict[str, str]:
+) -> RevokedOut:
     """Revoke a key; requests with it get 401 from now on."""
     memory.revoke_api_key(key_id)
-    return {"key_id": key_id, "status": "revoked"}
+    return RevokedOut(key_id=key_id, status="revoked")
 
 
 @router.get("/status")

@@ -8,7 +8,7 @@ from convmem.errors import InvalidInputError
 from convmem.server.auth import Caller, ServiceState
 from convmem.server.errors import documented
 from convmem.server.routers._tenant import BODY_ERRORS, tenant_router
-from convmem.server.schemas import TurnsIn, TurnsOut
+from convmem.server.schemas import ConversationStatusOut, TurnOut, TurnsIn, TurnsOut
 
 __all__ = ["router"]
 
@@ -58,9 +58,9 @@ def add_turns(
 
 
 @router.get("/conversations/{conversation_id}/status", responses=documented(404))
-def status(conversation_id: ConversationId, memory: Caller) -> dict[str, Any]:
+def status(conversation_id: ConversationId, memory: Caller) -> ConversationStatusOut:
     """Index backlog, last indexed turn and failed jobs of a conversation."""
-    return memory.status(conversation_id)
+    return ConversationStatusOut.model_validate(memory.status(conversation_id))
 
 
 @router.get("/conversations/{conversation_id}/turns", responses=documented(404))
@@ -68,16 +68,16 @@ def recent_turns(
     conversation_id: ConversationId,
     memory: Caller,
     limit: Annotated[int, Query(ge=1, le=10000)] = 50,
-) -> list[dict[str, Any]]:
+) -> list[TurnOut]:
     """The newest live turns (the event log), oldest first."""
     return [
-        {
-            "turn_id": turn.turn_id,
-            "role": turn.role,
-            "name": turn.name,
-            "text": turn.text,
-            "timestamp": turn.timestamp.isoformat(),
-        }
+        TurnOut(
+            turn_id=turn.turn_id,
+            role=turn.role,
+            name=turn.name,
+            text=turn.text,
+            timestamp=turn.timestamp.isoformat(),
+        )
         for turn in memory.recent_turns(conversation_id, limit=limit)
     ]
 

@@ -8,7 +8,7 @@ from convmem.errors import InvalidInputError
 from convmem.server.auth import Caller
 from convmem.server.errors import documented
 from convmem.server.routers._tenant import BODY_ERRORS, tenant_router
-from convmem.server.schemas import DeleteIn, UpdateIn
+from convmem.server.schemas import DeleteIn, DeleteOut, UpdateIn
 
 __all__ = ["router"]
 
@@ -16,7 +16,7 @@ router = tenant_router("governance")
 
 
 @router.post("/delete", responses={**BODY_ERRORS, **documented(404)})
-def delete(body: DeleteIn, memory: Caller) -> dict[str, Any]:
+def delete(body: DeleteIn, memory: Caller) -> DeleteOut:
     """Logical delete by ``conversation_id`` + ``turn_range`` or ``chunk_ids``."""
     if body.turn_range is None and body.chunk_ids is None:
         raise InvalidInputError(
@@ -25,11 +25,9 @@ def delete(body: DeleteIn, memory: Caller) -> dict[str, Any]:
             field="turn_range",
         )
     result = memory.delete(body.conversation_id, body.turn_range, body.chunk_ids)
-    return {
-        "deleted": result.deleted,
-        "turns_deleted": result.turns_deleted,
-        "errors": result.errors,
-    }
+    return DeleteOut(
+        deleted=result.deleted, turns_deleted=result.turns_deleted, errors=result.errors
+    )
 
 
 def _verdict(body: UpdateIn) -> bool:

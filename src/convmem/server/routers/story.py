@@ -1,12 +1,18 @@
 """Story memory: chunks and entity states of a project, and scene memory contexts."""
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Path
 
 from convmem.server.auth import Caller
 from convmem.server.routers._tenant import BODY_ERRORS, tenant_router
-from convmem.server.schemas import SceneIn, StoryChunksIn, StoryStatesIn
+from convmem.server.schemas import (
+    SceneIn,
+    StoryChunksIn,
+    StoryChunksOut,
+    StoryStatesIn,
+    StoryStatesOut,
+)
 from convmem.story import SceneMemoryContext, build_scene_memory_context
 
 __all__ = ["router"]
@@ -16,17 +22,17 @@ ProjectId = Annotated[str, Path(min_length=1, max_length=200)]
 
 
 @router.post("/story/{project_id}/chunks", responses=BODY_ERRORS)
-def add_story_chunks(project_id: ProjectId, body: StoryChunksIn, memory: Caller) -> dict[str, Any]:
+def add_story_chunks(project_id: ProjectId, body: StoryChunksIn, memory: Caller) -> StoryChunksOut:
     """Store story memory chunks of a project (stable ids: re-sending overwrites)."""
     ids = memory.story(project_id).add_memory_chunks(body.chunks)
-    return {"project_id": project_id, "chunk_ids": ids}
+    return StoryChunksOut(project_id=project_id, chunk_ids=ids)
 
 
 @router.post("/story/{project_id}/states", responses=BODY_ERRORS)
-def add_story_states(project_id: ProjectId, body: StoryStatesIn, memory: Caller) -> dict[str, Any]:
+def add_story_states(project_id: ProjectId, body: StoryStatesIn, memory: Caller) -> StoryStatesOut:
     """Store entity state snapshots of a project."""
     count = memory.story(project_id).add_entity_state(*body.states)
-    return {"project_id": project_id, "states": count}
+    return StoryStatesOut(project_id=project_id, states=count)
 
 
 @router.post("/scenes", responses=BODY_ERRORS)
