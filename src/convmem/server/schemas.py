@@ -189,7 +189,11 @@ def _iso_time(value: str | None, what: str) -> str | None:
 
 
 class ChunkMetadataIn(ChunkMetadata):
-    """:class:`ChunkMetadata` whose times are checked before they reach the store."""
+    """:class:`ChunkMetadata` whose times and numbers are checked before they reach the store."""
+
+    turn_range: tuple[Seq, Seq]
+    chunk_version: int = Field(default=1, ge=0, le=MAX_SEQ)
+    turn_seqs: list[Seq] = Field(default_factory=list)
 
     @field_validator("expires_at")
     @classmethod
@@ -218,6 +222,12 @@ class UpdateIn(_Strict):
     false`` / ``status: "confirmed"`` to confirm, ``status: "rejected"`` to reject;
     ``evidence_level`` may be raised on confirm.
     """
+
+    # The schema says what the route checks: exactly one of chunk and note_id.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"oneOf": [{"required": ["chunk"]}, {"required": ["note_id"]}]},
+    )
 
     chunk: ChunkRecordIn | None = None
     note_id: str | None = Field(default=None, max_length=200)
