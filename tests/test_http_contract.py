@@ -315,3 +315,21 @@ def test_each_request_logs_one_line_without_body_or_key(
     assert lines[1].startswith("GET /v1/jobs/{job_id} 404 ")
     secret = key["Authorization"].split()[1]
     assert not any(secret_text in line or secret in line or TENANT in line for line in lines)
+
+
+def test_the_seed_names_speaker_and_timestamp_iso_are_accepted_but_not_both_names(
+    client: TestClient, key: dict[str, str]
+) -> None:
+    seed_turn = {
+        "turn_id": 0,
+        "speaker": "user",
+        "text": "我喜欢靠窗的座位",
+        "timestamp_iso": "2026-02-02T10:15:30+08:00",
+    }
+    posted = client.post("/v1/conversations/seed/turns", json={"turns": [seed_turn]}, headers=key)
+    assert posted.status_code == 202, posted.text
+    (stored,) = client.get("/v1/conversations/seed/turns", headers=key).json()
+    assert stored["role"] == "user" and stored["timestamp"].startswith("2026-02-02T")
+    both = {"turn_id": 1, "role": "user", "speaker": "assistant", "text": "x"}
+    refused = client.post("/v1/conversations/seed/turns", json={"turns": [both]}, headers=key)
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "turns[0].speaker"

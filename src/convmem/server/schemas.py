@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Path, Request
 from pydantic import (
+    AliasChoices,
     AwareDatetime,
     BaseModel,
     BeforeValidator,
@@ -21,7 +22,6 @@ from pydantic import (
     Field,
     JsonValue,
     field_validator,
-    model_validator,
 )
 
 from convmem.errors import InvalidInputError
@@ -79,16 +79,19 @@ class TurnIn(_Strict):
     """One turn as sent; :class:`convmem.models.Turn` checks it again (one definition).
 
     The seed's names ``speaker`` (for ``role``) and ``timestamp_iso`` (for ``timestamp``)
-    are accepted too.
+    are accepted too; sending both names of one field is refused.
     """
 
     turn_id: Annotated[TurnIdInt | TurnIdText, BeforeValidator(_whole_number)] = Field(
         description="an int, or a string ending in digits (the digits give the order)"
     )
-    role: Role = Field(description="also accepted as speaker")
+    role: Role = Field(
+        validation_alias=AliasChoices("role", "speaker"), description="also accepted as speaker"
+    )
     text: str = Field(min_length=1)
     timestamp: AwareDatetime | None = Field(
         default=None,
+        validation_alias=AliasChoices("timestamp", "timestamp_iso"),
         description="ISO 8601 with a time zone (also accepted as timestamp_iso); "
         "default: when the turn is accepted",
     )
@@ -97,20 +100,6 @@ class TurnIn(_Strict):
     conversation_id: str | None = Field(
         default=None, max_length=200, description="ignored: the path names the conversation"
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _seed_names(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        for alias, name in (("speaker", "role"), ("timestamp_iso", "timestamp")):
-            if alias in data:
-                value = data.pop(alias)
-                if name in data and data[name] != value:
-                    raise ValueError(f"{alias!r} and {name!r} disagree; send one of them")
-                data[name] = value
-        return data
 
 
 class TurnsIn(_Strict):
