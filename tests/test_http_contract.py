@@ -333,3 +333,15 @@ def test_the_seed_names_speaker_and_timestamp_iso_are_accepted_but_not_both_name
     both = {"turn_id": 1, "role": "user", "speaker": "assistant", "text": "x"}
     refused = client.post("/v1/conversations/seed/turns", json={"turns": [both]}, headers=key)
     assert refused.status_code == 422 and refused.json()["error"]["field"] == "turns[0].speaker"
+
+
+def test_log_level_setting_sets_the_convmem_loggers(memory: Memory) -> None:
+    package = logging.getLogger("convmem")
+    before = package.level
+    try:
+        create_app(ServerSettings(auth=False, log_level="debug"), memory=memory)
+        assert package.level == logging.DEBUG
+        create_app(ServerSettings(auth=False, log_level="warning"), memory=memory)
+        assert not logging.getLogger("convmem.server.access").isEnabledFor(logging.INFO)
+    finally:
+        package.setLevel(before)
