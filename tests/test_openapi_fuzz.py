@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
@@ -135,6 +136,44 @@ def test_generated_requests_get_documented_answers(
     assert 401 not in seen and 403 not in seen, f"the key was not accepted: {seen}"
     if operation_key in REACH_THE_STORE:
         assert any(200 <= status < 300 for status in seen), f"nothing got through: {seen}"
+
+
+# Operations with something to make invalid (a path or query parameter, or a body).
+NEGATABLE = sorted(
+    key
+    for key in CONTRACT
+    if "{" in key[1]
+    or key[0] in ("POST", "PUT")
+    or key[1]
+    in (
+        "/v1/notes",
+        "/v1/admin/status",
+    )
+)
+
+
+@pytest.mark.parametrize("operation_key", NEGATABLE, ids=lambda k: f"{k[0]} {k[1]}")
+def test_invalid_requests_get_documented_4xx_never_5xx(
+    served: dict[str, Any], operation_key: tuple[str, str]
+) -> None:
+    """Requests drawn to violate the schema: wrong types, missing fields, out-of-range."""
+    operation = served["operations"][operation_key]
+    headers = _headers(operation_key[1], served["key"])
+
+    @settings(
+        max_examples=15,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=GenerationMode.NEGATIVE))
+    def check(case: Any) -> None:
+        response = case.call(headers=headers)
+        assert response.status_code < 500, (case.method, case.formatted_path, response.text[:500])
+        case.validate_response(response, checks=CHECKS)
+
+    check()
 
 
 def test_errors_are_documented_as_the_one_error_body(served: dict[str, Any]) -> None:
