@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
+from convmem import Memory
 from convmem.errors import ConvmemError, InvalidInputError
 from convmem.server.auth import Service
 from convmem.server.docs import install_docs
@@ -37,7 +38,6 @@ from convmem.server.errors import (
 )
 from convmem.server.middleware import BodyLimit, RequestLog
 from convmem.server.routers import ROUTERS
-from convmem.service import Memory
 from convmem.store.keys import hash_key
 
 __all__ = ["ServerSettings", "create_app", "error_response"]

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from convmem import Memory
 from convmem.metrics import Histogram
 from convmem.server.errors import ForbiddenError, UnauthorizedError
-from convmem.service import Memory
 from convmem.store.keys import hash_key
 
 if TYPE_CHECKING:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from convmem import Memory
 from convmem.metrics import Counter, Histogram
-from convmem.service import Memory
 
 __all__ = ["render_prometheus"]
 
