@@ -345,3 +345,14 @@ def test_log_level_setting_sets_the_convmem_loggers(memory: Memory) -> None:
         assert not logging.getLogger("convmem.server.access").isEnabledFor(logging.INFO)
     finally:
         package.setLevel(before)
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/conversations/a%00b/status", "/v1/notes?conversation_id=a%00b"]
+)
+def test_a_nul_in_the_url_is_422_naming_the_parameter(
+    client: TestClient, key: dict[str, str], path: str
+) -> None:
+    response = client.get(path, headers=key)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == "conversation_id"

@@ -352,10 +352,15 @@ def _first_problem(value: Any, path: str) -> tuple[str, str] | None:
 
 
 async def check_json_values(request: Request) -> None:
-    """Reject (422, naming the field) a JSON body holding a value no store can keep.
+    """Reject (422, naming the field) a request holding a value no store can keep.
 
     FastAPI has already parsed the body (Starlette caches it), so this costs one walk.
+    Path and query parameters are checked too (a %00 in a URL is a NUL).
     """
+    for name, value in [*request.path_params.items(), *request.query_params.items()]:
+        bad = _bad_value(value)
+        if bad is not None:
+            raise InvalidInputError(f"{name} {bad}", field=name)
     if not await request.body():
         return
     try:
