@@ -168,7 +168,9 @@ def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
             thread.join()
         wall = time.perf_counter() - began
         drain_began = time.perf_counter()
-        while httpx.get(f"{base}/healthz").json()["backlog"]:
+        # /healthz shows no counts; the backlog across tenants is the admin's status route
+        status_url, admin_headers = f"{base}/v1/admin/status", {"Authorization": f"Bearer {admin}"}
+        while httpx.get(status_url, headers=admin_headers).json()["backlog"]:
             time.sleep(0.1)
         report = {
             "clients": args.clients,

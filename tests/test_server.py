@@ -175,7 +175,7 @@ def test_confirmation_loop_over_http(server: LiveServer) -> None:
             "/v1/search", json={"query_text": "吉他", "hints": {"strategies": ["teleport"]}}
         )
         assert bad_hints.status_code == 422
-        assert bad_hints.json()["error"]["field"] == "hints.strategies"
+        assert bad_hints.json()["error"]["field"] == "hints.strategies[0]"
         policy = client.put("/v1/policy", json={"rules": {"note": {"ttl_seconds": 60}}})
         assert policy.json()["rules"]["note"]["ttl_seconds"] == 60
         bad_policy = client.put("/v1/policy", json={"rules": {"nope": {}}})
@@ -287,7 +287,15 @@ def test_bad_input_gets_4xx_naming_the_field(tmp_path: Path) -> None:
                     None,
                 ),
                 (client.post(url, json={"turns": "not a list"}), 422, "turns"),
-                (client.post(url, json={"turns": [], "extra": 1}), 422, "extra"),
+                (
+                    client.post(
+                        url,
+                        json={"turns": [{"turn_id": 1, "role": "user", "text": "x"}], "extra": 1},
+                    ),
+                    422,
+                    "extra",
+                ),
+                (client.post(url, json={"turns": []}), 422, "turns"),
                 (
                     client.post(
                         url, json={"turns": [{"turn_id": True, "role": "user", "text": "x"}]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from convmem.memory import Memory
+from convmem import Memory
 from convmem.metrics import Counter, Histogram
 
 __all__ = ["render_prometheus"]

@@ -1,0 +1,25 @@
+"""Search the caller's tenant: plain hybrid search, or hinted (tiered) retrieval."""
+
+from convmem.server.auth import Caller
+from convmem.server.errors import documented
+from convmem.server.routers._tenant import BODY_ERRORS, tenant_router
+from convmem.server.schemas import SearchIn, SearchOut
+
+__all__ = ["router"]
+
+router = tenant_router("search")
+
+
+@router.post("/search", responses={**BODY_ERRORS, **documented(404)})
+def search(body: SearchIn, memory: Caller) -> SearchOut:
+    """Hybrid search in the caller's tenant; deleted and expired memory never returned.
+
+    With ``hints`` (``{"strategies": [...], "params": {...}}``) the hierarchical service
+    reads the tiers they ask for (STM, MTM, LTM); the hints applied are echoed.
+    """
+    if body.hints is not None:
+        hints = body.hints.model_dump(mode="json", exclude_unset=True)
+        result = memory.retrieve(body.query_text, hints, filters=body.filters, top_k=body.top_k)
+        return SearchOut(hits=result.hits, hints=result.hints)
+    hits = memory.search(body.query_text, top_k=body.top_k, filters=body.filters, mode=body.mode)
+    return SearchOut(hits=hits, hints=None)

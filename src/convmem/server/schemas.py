@@ -1,0 +1,373 @@
+"""Request and response models of the HTTP service, and what any request body may hold.
+
+The library validates turns, filters and policies itself (one definition of each); the
+models here type the HTTP edge so that a wrong type or range is a 422 naming the field
+and the OpenAPI document describes it. :func:`check_json_values` walks every JSON body
+once for values no store can hold (lone surrogates, NUL, integers beyond 64 bits,
+non-finite numbers), so those are a 422 too and never reach the store.
+"""
+
+# No "from __future__ import annotations": FastAPI and pydantic read these at runtime.
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import Path, Request
+from pydantic import (
+    AliasChoices,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    field_validator,
+)
+
+from convmem.errors import InvalidInputError
+from convmem.models import MAX_SEQ, ChunkMetadata, ChunkRecord, Hit, JobInfo, Role
+from convmem.story import CharactersConfig, EntityStateSnapshot, ScenePlan, StoryMemoryChunk
+
+__all__ = [
+    "ConversationStatusOut",
+    "DeleteIn",
+    "DeleteOut",
+    "HealthOut",
+    "Hints",
+    "KeyIn",
+    "KeyOut",
+    "RevokedOut",
+    "SceneIn",
+    "SearchIn",
+    "SearchOut",
+    "StoryChunksIn",
+    "StoryChunksOut",
+    "StoryStatesIn",
+    "StoryStatesOut",
+    "TurnIn",
+    "TurnOut",
+    "TurnsIn",
+    "TurnsOut",
+    "UpdateIn",
+    "check_json_values",
+]
+
+INT64 = 2**63 - 1
+# The names of convmem.retrieve.routing.STRATEGIES (a test keeps the two equal).
+Strategy = Literal["semantic_search", "deep_search", "temporal_search", "persona_search"]
+Bounded = Annotated[str, Field(max_length=64)]
+JobId = Annotated[int, Path(ge=1, le=MAX_SEQ)]
+Seq = Annotated[int, Field(ge=0, le=MAX_SEQ)]
+TurnIdInt = Annotated[int, Field(strict=True, ge=0, le=MAX_SEQ)]
+TurnIdText = Annotated[str, Field(strict=True, min_length=1, max_length=200, pattern=r"\d$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _whole_number(value: Any) -> Any:
+    # JSON Schema calls 7.0 an integer, so clients may send it; True is not a turn id.
+    if isinstance(value, bool):
+        raise ValueError(f"turn_id must be an int or a string ending in digits, got {value}")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class TurnIn(_Strict):
+    """One turn as sent; :class:`convmem.models.Turn` checks it again (one definition).
+
+    The seed's names ``speaker`` (for ``role``) and ``timestamp_iso`` (for ``timestamp``)
+    are accepted too; sending both names of one field is refused.
+    """
+
+    turn_id: Annotated[TurnIdInt | TurnIdText, BeforeValidator(_whole_number)] = Field(
+        description="an int, or a string ending in digits (the digits give the order)"
+    )
+    role: Role = Field(
+        validation_alias=AliasChoices("role", "speaker"), description="also accepted as speaker"
+    )
+    text: str = Field(min_length=1)
+    timestamp: AwareDatetime | None = Field(
+        default=None,
+        validation_alias=AliasChoices("timestamp", "timestamp_iso"),
+        description="ISO 8601 with a time zone (also accepted as timestamp_iso); "
+        "default: when the turn is accepted",
+    )
+    name: str | None = Field(default=None, max_length=200)
+    meta: dict[str, JsonValue] = Field(default_factory=dict)
+    conversation_id: str | None = Field(
+        default=None, max_length=200, description="ignored: the path names the conversation"
+    )
+
+
+class TurnsIn(_Strict):
+    turns: list[TurnIn] = Field(min_length=1)
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        """The turns as the library takes them, without the fields that were not sent."""
+        return [turn.model_dump(mode="json", exclude_unset=True) for turn in self.turns]
+
+
+class TurnsOut(BaseModel):
+    conversation_id: str
+    status: Literal["accepted", "duplicate"]
+    accepted_turn_ids: list[int | str]
+    duplicate_turn_ids: list[int | str]
+    job_id: int | None
+    accepted_at: str
+    message: str
+
+
+class HintParams(BaseModel):
+    """Parameters of a hinted search; other keys are echoed back, not used."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, JsonValue] = Field(init=False)
+
+    top_k: int | None = Field(default=None, ge=1, le=1000)
+    time_range: (
+        Literal["recent", "24h", "7d", "30d"] | tuple[Bounded | None, Bounded | None] | None
+    ) = Field(
+        default=None,
+        description="'recent' (7 days before the conversation's newest turn), '24h', "
+        "'7d', '30d', or [start, end] as ISO 8601 (null: open)",
+    )
+    include_persona: bool | None = None
+    candidates_multiplier: int | None = Field(default=None, ge=1, le=10)
+
+
+class Hints(BaseModel):
+    """Which memory tiers a search reads (the hierarchical service)."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, JsonValue] = Field(init=False)
+
+    strategies: list[Strategy] | None = Field(default=None, max_length=8)
+    params: HintParams | None = None
+    route_strategy: str | None = Field(default=None, max_length=200)
+
+
+class SearchIn(_Strict):
+    query_text: str = Field(min_length=1, max_length=8000)
+    top_k: int = Field(default=6, ge=1, le=1000)
+    filters: dict[str, Any] | None = None
+    hints: Hints | None = None
+    mode: Literal["hybrid", "vector", "lexical"] = "hybrid"
+
+
+class DeleteIn(_Strict):
+    conversation_id: str = Field(min_length=1, max_length=200)
+    turn_range: tuple[Seq, Seq] | None = None
+    chunk_ids: list[str] | None = Field(default=None, max_length=1000)
+
+
+def _iso_time(value: str | None, what: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(
+            f"{what} {value[:40]!r} is not an ISO 8601 time; send e.g. 2026-02-02T10:15:30+08:00"
+        ) from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"{what} {value!r} has no time zone; add one, e.g. +08:00 or Z")
+    return value
+
+
+class ChunkMetadataIn(ChunkMetadata):
+    """:class:`ChunkMetadata` whose times and numbers are checked before they reach the store."""
+
+    turn_range: tuple[Seq, Seq]
+    chunk_version: int = Field(default=1, ge=0, le=MAX_SEQ)
+    turn_seqs: list[Seq] = Field(default_factory=list)
+
+    @field_validator("expires_at")
+    @classmethod
+    def _expires_at(cls, value: str | None) -> str | None:
+        return _iso_time(value, "expires_at")
+
+    @field_validator("timestamp_range")
+    @classmethod
+    def _timestamp_range(cls, value: tuple[str, str] | None) -> tuple[str, str] | None:
+        if value is not None:
+            _iso_time(value[0], "timestamp_range[0]")
+            _iso_time(value[1], "timestamp_range[1]")
+        return value
+
+
+class ChunkRecordIn(ChunkRecord):
+    """A :class:`~convmem.models.ChunkRecord` (what ``/v1/update`` overwrites), checked."""
+
+    metadata: ChunkMetadataIn
+
+
+class UpdateIn(_Strict):
+    """Either ``chunk`` (overwrite a chunk by id) or ``note_id`` with a verdict.
+
+    A verdict is ``confirm`` (true/false), or the seed's form: ``requires_confirmation:
+    false`` / ``status: "confirmed"`` to confirm, ``status: "rejected"`` to reject;
+    ``evidence_level`` may be raised on confirm.
+    """
+
+    # The schema says what the route checks: exactly one of chunk and note_id.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"oneOf": [{"required": ["chunk"]}, {"required": ["note_id"]}]},
+    )
+
+    chunk: ChunkRecordIn | None = None
+    note_id: str | None = Field(default=None, max_length=200)
+    confirm: bool | None = None
+    status: Literal["confirmed", "rejected"] | None = None
+    requires_confirmation: bool | None = None
+    evidence_level: str | None = Field(default=None, max_length=40)
+
+
+class SceneIn(_Strict):
+    project_id: str = Field(min_length=1, max_length=200)
+    chapter_index: int | None = Field(default=None, ge=0, le=1_000_000)
+    scene_index: int | None = Field(default=None, ge=0, le=1_000_000)
+    scene_plan: ScenePlan
+    characters: CharactersConfig = Field(default_factory=CharactersConfig)
+    top_k: int = Field(default=10, ge=1, le=100)
+
+
+class StoryChunksIn(_Strict):
+    chunks: list[StoryMemoryChunk] = Field(max_length=1000)
+
+
+class StoryStatesIn(_Strict):
+    states: list[EntityStateSnapshot] = Field(max_length=1000)
+
+
+class KeyIn(_Strict):
+    tenant: str = Field(min_length=1, max_length=100)
+    name: str = Field(default="", max_length=200)
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+
+
+class SearchOut(BaseModel):
+    hits: list[Hit]
+    hints: dict[str, JsonValue] | None = Field(
+        description="the hints applied (strategies, params, tiers), or null without hints"
+    )
+
+
+class TurnOut(BaseModel):
+    turn_id: int | str
+    role: str
+    name: str | None
+    text: str
+    timestamp: str
+
+
+class ConversationStatusOut(BaseModel):
+    conversation_id: str
+    backlog: int
+    last_turn: int | None
+    last_indexed_turn: int | None
+    failed_jobs: list[JobInfo]
+
+
+class DeleteOut(BaseModel):
+    deleted: int = Field(description="chunks marked deleted")
+    turns_deleted: int
+    errors: list[str]
+
+
+class StoryChunksOut(BaseModel):
+    project_id: str
+    chunk_ids: list[str]
+
+
+class StoryStatesOut(BaseModel):
+    project_id: str
+    states: int
+
+
+class KeyOut(BaseModel):
+    key_id: str
+    key: str = Field(description="the secret: shown only in this response")
+    tenant: str
+
+
+class RevokedOut(BaseModel):
+    key_id: str
+    status: Literal["revoked"]
+
+
+# -- what any body may hold ----------------------------------------------------------------
+
+
+def _bad_text(text: str) -> str | None:
+    if "\x00" in text:
+        return "holds U+0000 (NUL), which the stores cannot keep; remove it"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"holds a lone surrogate at character {exc.start} (an unpaired \\ud800-\\udfff "
+            "escape), which is not valid Unicode; send the text as UTF-8"
+        )
+    return None
+
+
+def _bad_value(value: Any) -> str | None:
+    if isinstance(value, str):
+        return _bad_text(value)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not -INT64 <= value <= INT64:
+        return f"is {value}, beyond the 64-bit integers the stores hold; send a smaller number"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"is {value}, which is not a finite number; send a finite number"
+    return None
+
+
+def _first_problem(value: Any, path: str) -> tuple[str, str] | None:
+    """The first (path, message) of a value no store can hold, depth first."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            for key, child in reversed(item.items()):
+                child_path = f"{where}.{key}" if where else str(key)
+                problem = _bad_text(key)
+                if problem:
+                    return child_path, f"the key {problem}"
+                stack.append((child, child_path))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in reversed(list(enumerate(item))))
+        else:
+            problem = _bad_value(item)
+            if problem:
+                return where, problem
+    return None
+
+
+async def check_json_values(request: Request) -> None:
+    """Reject (422, naming the field) a request holding a value no store can keep.
+
+    FastAPI has already parsed the body (Starlette caches it), so this costs one walk.
+    Path and query parameters are checked too (a %00 in a URL is a NUL).
+    """
+    for name, value in [*request.path_params.items(), *request.query_params.items()]:
+        bad = _bad_value(value)
+        if bad is not None:
+            raise InvalidInputError(f"{name} {bad}", field=name)
+    if not await request.body():
+        return
+    try:
+        body = await request.json()
+    except ValueError:
+        return  # not JSON: the route's own validation answers 400 or 422
+    problem = _first_problem(body, "")
+    if problem is not None:
+        field, message = problem
+        raise InvalidInputError(f"{field or 'the body'} {message}", field=field or None)
