@@ -232,6 +232,19 @@ def parse_turns(turns: list[Any], *, max_text_chars: int) -> list[Turn]:
     return parsed
 
 
+def _aware_time(value: str, name: str) -> str:
+    """An ISO 8601 time with a zone, as stored; anything else is refused with the fix."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(
+            f"{name} {value!r} is not an ISO 8601 time; send e.g. 2026-02-02T10:15:30+08:00"
+        ) from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"{name} {value!r} has no time zone; add one, e.g. +00:00")
+    return value
+
+
 class ChunkMetadata(BaseModel):
     """Seed 001 chunk metadata plus tenant and governance fields."""
 
@@ -258,11 +271,26 @@ class ChunkMetadata(BaseModel):
     @field_validator("turn_range")
     @classmethod
     def _range(cls, value: tuple[int, int]) -> tuple[int, int]:
-        if value[0] < 0 or value[1] < value[0]:
+        if value[0] < 0 or value[1] < value[0] or value[1] > MAX_SEQ:
             raise ValueError(
-                f"turn_range {list(value)} must be [start, end] with 0 <= start <= end"
+                f"turn_range {list(value)} must be [start, end] with 0 <= start <= end <= 2**62"
             )
         return value
+
+    @field_validator("expires_at")
+    @classmethod
+    def _expires(cls, value: str | None) -> str | None:
+        return None if value is None else _aware_time(value, "expires_at")
+
+    @field_validator("timestamp_range")
+    @classmethod
+    def _span(cls, value: tuple[str, str] | None) -> tuple[str, str] | None:
+        if value is None:
+            return None
+        return (
+            _aware_time(value[0], "timestamp_range[0]"),
+            _aware_time(value[1], "timestamp_range[1]"),
+        )
 
 
 class ChunkRecord(BaseModel):
