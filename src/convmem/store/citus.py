@@ -1,0 +1,246 @@
+"""PostgreSQL with Citus: the server store's tables distributed over worker nodes by tenant.
+
+When the database has the ``citus`` extension, :class:`CitusStore` creates the same tables
+as :class:`~convmem.store.postgres.PostgresStore` and then distributes them:
+
+- every table with a ``tenant`` column is hash-distributed by ``tenant``, all colocated
+  with ``turns``: one tenant's turns, jobs, chunks (with their vectors and ``tsvector``),
+  marks, pins and notes live in one shard group on one worker, and every query that names
+  the tenant is routed to that one node;
+- ``meta`` (schema version, embedding model, change counter) and ``api_keys`` (looked up
+  by key hash, across tenants) are reference tables, copied to every node.
+
+Citus refuses unique constraints that leave out the distribution column, so the identity
+keys ``jobs.job_id`` and ``chunks.rowid`` become ``(tenant, job_id)`` and
+``(tenant, rowid)`` (the identity values stay globally unique; the coordinator draws them).
+Clients connect to the coordinator; the advisory locks that serialise writers of one
+conversation are taken there. See docs/deployment.md for what is measured and what is
+still routed to every shard.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from convmem.errors import InvalidInputError, StoreError
+from convmem.store.base import SQLStore
+from convmem.store.dbapi import Connection
+from convmem.store.postgres import PostgresStore, _tsquery
+
+__all__ = ["CitusStore", "citus_ddl", "has_citus", "open_postgres"]
+
+logger = logging.getLogger(__name__)
+
+#: Small global tables, copied to every node.
+REFERENCE_TABLES = ("meta", "api_keys")
+#: The table the other distributed tables are colocated with.
+ANCHOR_TABLE = "turns"
+
+_IDENTITY_KEY = re.compile(
+    r"(?P<column>\w+) BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY(?P<rest>.*?)\n\s*\);",
+    re.DOTALL,
+)
+
+
+def citus_ddl(pg_ddl: str) -> str:
+    """PostgreSQL DDL (:func:`~convmem.store.postgres.pg_ddl`) that Citus can distribute.
+
+    An identity primary key (``jobs.job_id``, ``chunks.rowid``) becomes a primary key on
+    ``(tenant, column)``: a distributed table's unique constraints must hold the
+    distribution column.
+    """
+
+    def composite(match: re.Match[str]) -> str:
+        column, rest = match.group("column"), match.group("rest")
+        body = rest.rstrip()
+        return (
+            f"{column} BIGINT GENERATED ALWAYS AS IDENTITY{body},\n"
+            f"        PRIMARY KEY (tenant, {column})\n    );"
+        )
+
+    # Each CREATE TABLE ends with "\n    );" or "\n)" in the shared DDL: match lazily to
+    # the first close after the identity column, which is that table's end.
+    return _IDENTITY_KEY.sub(composite, pg_ddl)
+
+
+def has_citus(conninfo: str) -> bool:
+    """Whether the database behind ``conninfo`` has the ``citus`` extension."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone()
+    return row is not None
+
+
+def open_postgres(url: str) -> PostgresStore:
+    """A :class:`CitusStore` when the database has Citus, else a :class:`PostgresStore`."""
+    import psycopg
+
+    conninfo = _without_options(url)
+    try:
+        citus = has_citus(conninfo)
+    except psycopg.Error as exc:
+        raise StoreError(f"Could not open {_redact_url(url)}: {exc}".strip()) from exc
+    return CitusStore(url) if citus else PostgresStore(url)
+
+
+class CitusStore(PostgresStore):
+    """PostgreSQL + pgvector + Citus: tables distributed by tenant over the workers."""
+
+    def __init__(self, url: str, *, pool_size: int = 10, ef_search: int = 200) -> None:
+        self._shard_count = _shard_count(url)
+        # SET LOCAL (hnsw.ef_search, iterative scans, maintenance_work_mem) must reach the
+        # workers that run the shard queries; Citus forwards them only when asked to.
+        # (The spaceless --name=value form: the URL round trip writes spaces as '+',
+        # which libpq does not decode.)
+        super().__init__(
+            _with_options(url, "--citus.propagate_set_commands=local"),
+            pool_size=pool_size,
+            ef_search=ef_search,
+        )
+        self._public_url = _redact_url(url)
+
+    # -- schema ------------------------------------------------------------------------
+
+    def _migrations(self) -> list[str]:
+        return [citus_ddl(ddl) for ddl in super()._migrations()]
+
+    def _migrate(self) -> None:
+        super()._migrate()
+        self._distribute()
+
+    def _distribute(self) -> None:
+        """Distribute (or replicate) every table of the schema that Citus does not hold yet.
+
+        Runs after each migration, so tables a later schema version adds are distributed
+        too. The schema lock keeps two processes from distributing one table twice.
+        """
+        with self._write() as conn:
+            self._lock_schema(conn)
+            local = [
+                (name, has_tenant)
+                for name, has_tenant in conn.execute(
+                    "SELECT c.relname, EXISTS (SELECT 1 FROM pg_attribute a WHERE "
+                    "a.attrelid = c.oid AND a.attname = 'tenant' AND NOT a.attisdropped) "
+                    "FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
+                    "AND c.relkind = 'r' AND NOT EXISTS "
+                    "(SELECT 1 FROM pg_dist_partition p WHERE p.logicalrelid = c.oid) "
+                    "ORDER BY c.relname <> ?, c.relname",
+                    (ANCHOR_TABLE,),
+                ).fetchall()
+            ]
+        for name, has_tenant in local:
+            # One table per transaction: create_distributed_table moves existing rows to
+            # the shards in parallel, which Citus will not do after other writes in the
+            # same transaction.
+            with self._write() as conn:
+                self._lock_schema(conn)
+                table = self._qualified(name)
+                if name in REFERENCE_TABLES:
+                    conn.execute("SELECT create_reference_table(?)", (table,))
+                elif not has_tenant:
+                    raise StoreError(
+                        f"Table {table} has no tenant column, so Citus cannot distribute it "
+                        "by tenant; add it to REFERENCE_TABLES if it is small and global"
+                    )
+                elif name == ANCHOR_TABLE:
+                    conn.execute(
+                        "SELECT create_distributed_table(?, 'tenant', colocate_with => 'none'"
+                        + (", shard_count => ?)" if self._shard_count else ")"),
+                        (table, self._shard_count) if self._shard_count else (table,),
+                    )
+                else:
+                    conn.execute(
+                        "SELECT create_distributed_table(?, 'tenant', colocate_with => ?)",
+                        (table, self._qualified(ANCHOR_TABLE)),
+                    )
+            logger.info("distributed %s over the Citus workers", name)
+
+    def _qualified(self, table: str) -> str:
+        return f'"{self.schema}".{table}' if self.schema else table
+
+    # -- jobs --------------------------------------------------------------------------
+
+    #: Citus cannot lock rows of a query over several shards (``FOR UPDATE`` needs a
+    #: single-shard query), so ready jobs are read without row locks. Two workers may
+    #: then read the same candidates; the conversation's advisory lock, tried in
+    #: :meth:`_claimable` and held to commit, and the re-check of live claims under it
+    #: keep one conversation (so one job) to one worker.
+    READY_JOBS = SQLStore.READY_JOBS
+
+    # -- sizes and statistics ----------------------------------------------------------
+
+    def _size_bytes(self) -> int:
+        """Bytes of this store's tables over every node (shards, indexes, toast)."""
+        row = (
+            self._db()
+            .execute(
+                "SELECT coalesce(sum(citus_total_relation_size(p.logicalrelid)), 0) "
+                "FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid "
+                "WHERE c.relnamespace = current_schema()::regnamespace"
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    def _term_counts(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
+        """Documents per term, counted on the shards in one statement.
+
+        The coordinator's plan of a distributed query carries no row estimate (the
+        PostgreSQL store's shortcut), so each term is counted; the GIN index on each
+        shard answers the ``@@`` of the terms together.
+        """
+        if not terms:
+            return {}
+        columns = ", ".join(["count(*) FILTER (WHERE tsv @@ CAST(? AS tsquery))"] * len(terms))
+        row = conn.execute(
+            f"SELECT {columns} FROM chunks WHERE tsv @@ CAST(? AS tsquery)",
+            [*(_tsquery([term]) for term in terms), _tsquery(terms)],
+        ).fetchone()
+        return {term: int(count) for term, count in zip(terms, row, strict=True) if count}
+
+
+def _shard_count(url: str) -> int | None:
+    """The ``shards`` URL option: shards per distributed table (Citus' default: 32)."""
+    query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+    value = query.get("shards")
+    if value is None:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 1024:
+        raise InvalidInputError(
+            f"shards={value!r} must be a whole number from 1 to 1024", field="url"
+        )
+    return int(value)
+
+
+def _without_options(url: str) -> str:
+    """The URL libpq accepts: convmem's own options (``schema``, ``shards``) taken out."""
+    parts = urlsplit(url)
+    query = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k not in ("schema", "shards")
+    ]
+    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), ""))
+
+
+def _with_options(url: str, option: str) -> str:
+    """``url`` without ``shards`` and with ``option`` added to libpq's ``options``."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "shards"]
+    options = " ".join([v for k, v in query if k == "options"] + [option])
+    query = [(k, v) for k, v in query if k != "options"] + [("options", options)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return urlunsplit(
+            parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+        )
+    return url
