@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from convmem.errors import InvalidInputError, StoreError
+from convmem.errors import StoreError
 from convmem.store.base import SQLStore
 from convmem.store.dbapi import Connection
 from convmem.store.postgres import PostgresStore, _tsquery
@@ -91,7 +91,6 @@ class CitusStore(PostgresStore):
     """PostgreSQL + pgvector + Citus: tables distributed by tenant over the workers."""
 
     def __init__(self, url: str, *, pool_size: int = 10, ef_search: int = 200) -> None:
-        self._shard_count = _shard_count(url)
         # SET LOCAL (hnsw.ef_search, iterative scans, maintenance_work_mem) must reach the
         # workers that run the shard queries; Citus forwards them only when asked to.
         # (The spaceless --name=value form: the URL round trip writes spaces as '+',
@@ -115,29 +114,23 @@ class CitusStore(PostgresStore):
     def _distribute(self) -> None:
         """Distribute (or replicate) every table of the schema that Citus does not hold yet.
 
-        Runs after each migration, so tables a later schema version adds are distributed
-        too. The schema lock keeps two processes from distributing one table twice.
+        Runs after the migrations, in its own transaction: tables a later schema version
+        adds are distributed too, and a process that stopped in between leaves local
+        tables that the next open distributes. The schema lock keeps two processes from
+        distributing one table twice.
         """
         with self._write() as conn:
             self._lock_schema(conn)
-            local = [
-                (name, has_tenant)
-                for name, has_tenant in conn.execute(
-                    "SELECT c.relname, EXISTS (SELECT 1 FROM pg_attribute a WHERE "
-                    "a.attrelid = c.oid AND a.attname = 'tenant' AND NOT a.attisdropped) "
-                    "FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
-                    "AND c.relkind = 'r' AND NOT EXISTS "
-                    "(SELECT 1 FROM pg_dist_partition p WHERE p.logicalrelid = c.oid) "
-                    "ORDER BY c.relname <> ?, c.relname",
-                    (ANCHOR_TABLE,),
-                ).fetchall()
-            ]
-        for name, has_tenant in local:
-            # One table per transaction: create_distributed_table moves existing rows to
-            # the shards in parallel, which Citus will not do after other writes in the
-            # same transaction.
-            with self._write() as conn:
-                self._lock_schema(conn)
+            local = conn.execute(
+                "SELECT c.relname, EXISTS (SELECT 1 FROM pg_attribute a WHERE "
+                "a.attrelid = c.oid AND a.attname = 'tenant' AND NOT a.attisdropped) "
+                "FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
+                "AND c.relkind = 'r' AND NOT EXISTS "
+                "(SELECT 1 FROM pg_dist_partition p WHERE p.logicalrelid = c.oid) "
+                "ORDER BY c.relname <> ?, c.relname",
+                (ANCHOR_TABLE,),
+            ).fetchall()
+            for name, has_tenant in local:
                 table = self._qualified(name)
                 if name in REFERENCE_TABLES:
                     conn.execute("SELECT create_reference_table(?)", (table,))
@@ -147,17 +140,17 @@ class CitusStore(PostgresStore):
                         "by tenant; add it to REFERENCE_TABLES if it is small and global"
                     )
                 elif name == ANCHOR_TABLE:
+                    # shards: the database's citus.shard_count (32 unless set)
                     conn.execute(
-                        "SELECT create_distributed_table(?, 'tenant', colocate_with => 'none'"
-                        + (", shard_count => ?)" if self._shard_count else ")"),
-                        (table, self._shard_count) if self._shard_count else (table,),
+                        "SELECT create_distributed_table(?, 'tenant', colocate_with => 'none')",
+                        (table,),
                     )
                 else:
                     conn.execute(
                         "SELECT create_distributed_table(?, 'tenant', colocate_with => ?)",
                         (table, self._qualified(ANCHOR_TABLE)),
                     )
-            logger.info("distributed %s over the Citus workers", name)
+                logger.info("distributed %s over the Citus workers", table)
 
     def _qualified(self, table: str) -> str:
         return f'"{self.schema}".{table}' if self.schema else table
@@ -203,35 +196,18 @@ class CitusStore(PostgresStore):
         return {term: int(count) for term, count in zip(terms, row, strict=True) if count}
 
 
-def _shard_count(url: str) -> int | None:
-    """The ``shards`` URL option: shards per distributed table (Citus' default: 32)."""
-    query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
-    value = query.get("shards")
-    if value is None:
-        return None
-    if not value.isdigit() or not 1 <= int(value) <= 1024:
-        raise InvalidInputError(
-            f"shards={value!r} must be a whole number from 1 to 1024", field="url"
-        )
-    return int(value)
-
-
 def _without_options(url: str) -> str:
-    """The URL libpq accepts: convmem's own options (``schema``, ``shards``) taken out."""
+    """The URL libpq accepts: convmem's own option (``schema``) taken out."""
     parts = urlsplit(url)
-    query = [
-        (k, v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-        if k not in ("schema", "shards")
-    ]
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
     scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
     return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), ""))
 
 
 def _with_options(url: str, option: str) -> str:
-    """``url`` without ``shards`` and with ``option`` added to libpq's ``options``."""
+    """``url`` with ``option`` added to libpq's ``options``."""
     parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "shards"]
+    query = parse_qsl(parts.query, keep_blank_values=True)
     options = " ".join([v for k, v in query if k == "options"] + [option])
     query = [(k, v) for k, v in query if k != "options"] + [("options", options)]
     return urlunsplit(parts._replace(query=urlencode(query)))
