@@ -8,8 +8,13 @@ shard tables on the worker nodes directly.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -81,7 +86,8 @@ def on_node(url: str, host: str, port: int, sql: str) -> list[Any]:
     parts = urlsplit(url.split("?")[0])
     node = parts._replace(netloc=f"{parts.username}@{host}:{port}").geturl()
     with psycopg.connect(node, autocommit=True) as conn:
-        return conn.execute(sql).fetchall()
+        cursor = conn.execute(sql)
+        return cursor.fetchall() if cursor.description else []
 
 
 def tenants_on_two_nodes(url: str) -> tuple[str, str]:
@@ -225,9 +231,62 @@ def test_cross_tenant_operations_reach_every_node(url: str) -> None:
         assert memory.api_key_tenant(secret) is None
 
 
-def test_open_postgres_picks_plain_postgres_without_citus() -> None:
-    import os
+def wait_for(condition: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {seconds:g} s")
+        time.sleep(0.05)
 
+
+@pytest.mark.slow
+def test_a_worker_crash_mid_ingest_loses_no_acknowledged_turn(url: str) -> None:
+    """The worker node holding the tenant stops like a crash while turns stream in."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "citus"
+    data = Path(os.environ.get("CONVMEM_CITUS_DIR", "/tmp/convmem-citus"))
+    if not (data / "worker1" / "PG_VERSION").exists():
+        reason = f"no cluster of scripts/citus in {data} to restart a node of"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with opened(url) as memory:
+        memory.add_turns("c1", make_turns(["first"]))
+        _, host, port = placement(url, "turns", memory.tenant)
+        on_node(url, host, port, "CHECKPOINT")  # recovery replays only this test's writes
+        acknowledged: list[int] = [0]
+        failures: list[str] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            seq = 1
+            while not stop.is_set():
+                try:
+                    memory.add_turns("c1", make_turns([f"line {seq}"], start=seq))
+                except Exception as exc:  # the node is down: not acknowledged, send again
+                    failures.append(type(exc).__name__)
+                    time.sleep(0.05)
+                    continue
+                acknowledged.append(seq)
+                seq += 1
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            wait_for(lambda: len(acknowledged) >= 20, 60, "20 turns acknowledged")
+            subprocess.run([str(script), "restart", str(port)], check=True, timeout=240)
+            resumed = len(acknowledged)
+            wait_for(lambda: len(acknowledged) >= resumed + 20, 120, "writes resumed")
+        finally:
+            stop.set()
+            writer.join()
+        stored = {turn.seq for turn in memory.store.load_turns(memory.tenant, "c1")}
+        assert set(acknowledged) <= stored
+        assert failures, "the writer never saw the node down: nothing was tested"
+        memory.flush()
+        assert memory.search("line", top_k=3)
+
+
+def test_open_postgres_picks_plain_postgres_without_citus() -> None:
     plain = os.environ.get("CONVMEM_TEST_POSTGRES_URL")
     if not plain:
         pytest.skip("CONVMEM_TEST_POSTGRES_URL is not set (scripts/postgres start)")
