@@ -113,6 +113,12 @@ def test_citus_ddl_keys_identity_tables_by_tenant() -> None:
     assert "GENERATED ALWAYS AS IDENTITY PRIMARY KEY" not in ddl
     assert "job_id BIGINT GENERATED ALWAYS AS IDENTITY," in ddl
     assert "PRIMARY KEY (tenant, job_id)" in ddl
+    last = citus_ddl(  # the last statement of a migration has no ";"
+        pg_ddl(
+            "CREATE INDEX i ON t (a);\nCREATE TABLE c (\n    rowid INTEGER PRIMARY KEY,\n    tenant TEXT\n)"
+        )
+    )
+    assert last.endswith("PRIMARY KEY (tenant, rowid)\n    )")
 
 
 def test_tables_are_distributed_by_tenant_and_colocated(url: str) -> None:

@@ -52,7 +52,7 @@ COMMON_TERMS_SQL = (
 )
 
 _IDENTITY_KEY = re.compile(
-    r"(?P<column>\w+) BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY(?P<rest>.*?)\n\s*\);",
+    r"(?P<column>\w+) BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY(?P<rest>.*?)\n\s*\)(?=;|\s*$)",
     re.DOTALL,
 )
 
@@ -70,11 +70,11 @@ def citus_ddl(pg_ddl: str) -> str:
         body = rest.rstrip()
         return (
             f"{column} BIGINT GENERATED ALWAYS AS IDENTITY{body},\n"
-            f"        PRIMARY KEY (tenant, {column})\n    );"
+            f"        PRIMARY KEY (tenant, {column})\n    )"
         )
 
-    # Each CREATE TABLE ends with "\n    );" or "\n)" in the shared DDL: match lazily to
-    # the first close after the identity column, which is that table's end.
+    # A CREATE TABLE of the shared DDL closes with ")" on a line of its own, before ";" or
+    # the end of the migration: the first such close after the identity column ends it.
     return _IDENTITY_KEY.sub(composite, pg_ddl)
 
 
