@@ -237,6 +237,26 @@ def test_cross_tenant_operations_reach_every_node(url: str) -> None:
         assert memory.api_key_tenant(secret) is None
 
 
+def test_a_candidate_finished_by_another_worker_is_not_claimed_again(url: str) -> None:
+    """Ready jobs are read without row locks on Citus: a stale candidate must not win."""
+    with opened(url) as memory, opened(url) as other:
+        memory.add_turns("c1", make_turns(["hello", "hi"]))
+        store = memory.store
+        now = time.time()
+        stale = store._db().execute(store.READY_JOBS, (now, now, now, "late", 10)).fetchall()
+        assert len(stale) == 1
+        claimed = other.store.claim_jobs("early", limit=10, lease_seconds=60)
+        assert [job.job_id for job in claimed] == [stale[0][0]]
+        with other.store._write() as conn:
+            conn.execute(
+                "UPDATE jobs SET status='done', claimed_by=NULL WHERE tenant=? AND job_id=?",
+                (memory.tenant, claimed[0].job_id),
+            )
+        with store._write() as conn:
+            assert store._claimable(conn, stale, "late", time.time()) == []
+        assert store.claim_jobs("late", limit=10, lease_seconds=60) == []
+
+
 def wait_for(condition: Any, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():

@@ -25,6 +25,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from convmem.errors import StoreError
@@ -171,11 +172,37 @@ class CitusStore(PostgresStore):
     # -- jobs --------------------------------------------------------------------------
 
     #: Citus cannot lock rows of a query over several shards (``FOR UPDATE`` needs a
-    #: single-shard query), so ready jobs are read without row locks. Two workers may
-    #: then read the same candidates; the conversation's advisory lock, tried in
-    #: :meth:`_claimable` and held to commit, and the re-check of live claims under it
-    #: keep one conversation (so one job) to one worker.
+    #: single-shard query), so ready jobs are read without row locks; see _claimable.
     READY_JOBS = SQLStore.READY_JOBS
+
+    def _claimable(
+        self, conn: Connection, rows: list[Any], worker_id: str, now: float
+    ) -> list[Any]:
+        """Candidates still ready once this worker holds their conversation's lock.
+
+        Without row locks two workers may read the same candidates, and one may claim,
+        run and finish a job before the other gets to it. The conversation's advisory
+        lock (tried, as on PostgreSQL) and the check for live claims under it keep one
+        conversation to one worker; what ``FOR UPDATE`` re-checked on PostgreSQL (the
+        row is still ready in its newest version) is read again here, under the lock,
+        which every claim and every index write of the conversation takes.
+        """
+        usable = super()._claimable(conn, rows, worker_id, now)
+        if not usable:
+            return []
+        still: set[tuple[str, int]] = set()
+        for tenant in sorted({row[1] for row in usable}):
+            ids = [row[0] for row in usable if row[1] == tenant]
+            still.update(
+                (tenant, job_id)
+                for (job_id,) in conn.execute(
+                    "SELECT job_id FROM jobs WHERE tenant = ? AND job_id = ANY(?) AND "
+                    "((status = 'pending' AND next_retry_at <= ?) OR "
+                    "(status = 'running' AND lease_until < ?))",
+                    (tenant, ids, now, now),
+                )
+            )
+        return [row for row in usable if (row[1], row[0]) in still]
 
     # -- sizes and statistics ----------------------------------------------------------
 
