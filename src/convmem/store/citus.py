@@ -1,0 +1,294 @@
+"""PostgreSQL with Citus: the server store's tables distributed over worker nodes by tenant.
+
+When the database has the ``citus`` extension, :class:`CitusStore` creates the same tables
+as :class:`~convmem.store.postgres.PostgresStore` and then distributes them:
+
+- every table with a ``tenant`` column is hash-distributed by ``tenant``, all colocated
+  with ``turns``: one tenant's turns, jobs, chunks (with their vectors and ``tsvector``),
+  marks, pins and notes live in one shard group on one worker, and every query that names
+  the tenant is routed to that one node;
+- ``meta`` (schema version, embedding model, change counter) and ``api_keys`` (looked up
+  by key hash, across tenants) are reference tables, copied to every node.
+
+Citus refuses unique constraints that leave out the distribution column, so the identity
+keys ``jobs.job_id`` and ``chunks.rowid`` become ``(tenant, job_id)`` and
+``(tenant, rowid)`` (the identity values stay globally unique; the coordinator draws them).
+Clients connect to the coordinator; the advisory locks that serialise writers of one
+conversation are taken there. See docs/deployment.md for what is measured and what is
+still routed to every shard.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from convmem.errors import StoreError
+from convmem.store.base import SQLStore
+from convmem.store.dbapi import Connection
+from convmem.store.postgres import EXACT_COUNT_BELOW, STATS_SECONDS, PostgresStore, _tsquery
+
+__all__ = ["CitusStore", "citus_ddl", "has_citus", "open_postgres"]
+
+logger = logging.getLogger(__name__)
+
+#: Small global tables, copied to every node.
+REFERENCE_TABLES = ("meta", "api_keys")
+#: The table the other distributed tables are colocated with.
+ANCHOR_TABLE = "turns"
+#: Run on every shard of chunks (``%s``: the shard): ``{term: rows}`` of the terms the
+#: shard's statistics of ``tsv`` list as most common.
+COMMON_TERMS_SQL = (
+    "SELECT coalesce(json_object_agg(u.e, round(u.f * greatest(c.reltuples, 0))), '{}') "
+    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname "
+    "AND s.attname = 'tsv' CROSS JOIN LATERAL unnest("
+    "CAST(CAST(s.most_common_elems AS text) AS text[]), s.most_common_elem_freqs) AS u(e, f) "
+    "WHERE c.oid = '%s'::regclass AND u.e IS NOT NULL"
+)
+
+_IDENTITY_KEY = re.compile(
+    r"(?P<column>\w+) BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY(?P<rest>.*?)\n\s*\)(?=;|\s*$)",
+    re.DOTALL,
+)
+
+
+def citus_ddl(pg_ddl: str) -> str:
+    """PostgreSQL DDL (:func:`~convmem.store.postgres.pg_ddl`) that Citus can distribute.
+
+    An identity primary key (``jobs.job_id``, ``chunks.rowid``) becomes a primary key on
+    ``(tenant, column)``: a distributed table's unique constraints must hold the
+    distribution column.
+    """
+
+    def composite(match: re.Match[str]) -> str:
+        column, rest = match.group("column"), match.group("rest")
+        body = rest.rstrip()
+        return (
+            f"{column} BIGINT GENERATED ALWAYS AS IDENTITY{body},\n"
+            f"        PRIMARY KEY (tenant, {column})\n    )"
+        )
+
+    # A CREATE TABLE of the shared DDL closes with ")" on a line of its own, before ";" or
+    # the end of the migration: the first such close after the identity column ends it.
+    return _IDENTITY_KEY.sub(composite, pg_ddl)
+
+
+def has_citus(conninfo: str) -> bool:
+    """Whether the database behind ``conninfo`` has the ``citus`` extension."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone()
+    return row is not None
+
+
+def open_postgres(url: str) -> PostgresStore:
+    """A :class:`CitusStore` when the database has Citus, else a :class:`PostgresStore`."""
+    import psycopg
+
+    conninfo = _without_options(url)
+    try:
+        citus = has_citus(conninfo)
+    except psycopg.Error as exc:
+        raise StoreError(f"Could not open {_redact_url(url)}: {exc}".strip()) from exc
+    return CitusStore(url) if citus else PostgresStore(url)
+
+
+class CitusStore(PostgresStore):
+    """PostgreSQL + pgvector + Citus: tables distributed by tenant over the workers."""
+
+    def __init__(self, url: str, *, pool_size: int = 10, ef_search: int = 200) -> None:
+        # SET LOCAL (hnsw.ef_search, iterative scans, maintenance_work_mem) must reach the
+        # workers that run the shard queries; Citus forwards them only when asked to.
+        # (The spaceless --name=value form: the URL round trip writes spaces as '+',
+        # which libpq does not decode.)
+        super().__init__(
+            _with_options(url, "--citus.propagate_set_commands=local"),
+            pool_size=pool_size,
+            ef_search=ef_search,
+        )
+        self._public_url = _redact_url(url)
+        self._common: tuple[float, dict[str, int]] = (0.0, {})
+
+    # -- schema ------------------------------------------------------------------------
+
+    def _migrations(self) -> list[str]:
+        return [citus_ddl(ddl) for ddl in super()._migrations()]
+
+    def _migrate(self) -> None:
+        super()._migrate()
+        self._distribute()
+
+    def _distribute(self) -> None:
+        """Distribute (or replicate) every table of the schema that Citus does not hold yet.
+
+        Runs after the migrations, in its own transaction: tables a later schema version
+        adds are distributed too, and a process that stopped in between leaves local
+        tables that the next open distributes. The schema lock keeps two processes from
+        distributing one table twice.
+        """
+        with self._write() as conn:
+            self._lock_schema(conn)
+            local = conn.execute(
+                "SELECT c.relname, EXISTS (SELECT 1 FROM pg_attribute a WHERE "
+                "a.attrelid = c.oid AND a.attname = 'tenant' AND NOT a.attisdropped) "
+                "FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
+                "AND c.relkind = 'r' AND NOT EXISTS "
+                "(SELECT 1 FROM pg_dist_partition p WHERE p.logicalrelid = c.oid) "
+                "ORDER BY c.relname <> ?, c.relname",
+                (ANCHOR_TABLE,),
+            ).fetchall()
+            for name, has_tenant in local:
+                table = self._qualified(name)
+                if name in REFERENCE_TABLES:
+                    conn.execute("SELECT create_reference_table(?)", (table,))
+                elif not has_tenant:
+                    raise StoreError(
+                        f"Table {table} has no tenant column, so Citus cannot distribute it "
+                        "by tenant; add it to REFERENCE_TABLES if it is small and global"
+                    )
+                elif name == ANCHOR_TABLE:
+                    # shards: the database's citus.shard_count (32 unless set)
+                    conn.execute(
+                        "SELECT create_distributed_table(?, 'tenant', colocate_with => 'none')",
+                        (table,),
+                    )
+                else:
+                    conn.execute(
+                        "SELECT create_distributed_table(?, 'tenant', colocate_with => ?)",
+                        (table, self._qualified(ANCHOR_TABLE)),
+                    )
+                logger.info("distributed %s over the Citus workers", table)
+
+    def _qualified(self, table: str) -> str:
+        return f'"{self.schema}".{table}' if self.schema else table
+
+    # -- jobs --------------------------------------------------------------------------
+
+    #: Citus cannot lock rows of a query over several shards (``FOR UPDATE`` needs a
+    #: single-shard query), so ready jobs are read without row locks; see _claimable.
+    READY_JOBS = SQLStore.READY_JOBS
+
+    def _claimable(
+        self, conn: Connection, rows: list[Any], worker_id: str, now: float
+    ) -> list[Any]:
+        """Candidates still ready once this worker holds their conversation's lock.
+
+        Without row locks two workers may read the same candidates, and one may claim,
+        run and finish a job before the other gets to it. The conversation's advisory
+        lock (tried, as on PostgreSQL) and the check for live claims under it keep one
+        conversation to one worker; what ``FOR UPDATE`` re-checked on PostgreSQL (the
+        row is still ready in its newest version) is read again here, under the lock,
+        which every claim and every index write of the conversation takes.
+        """
+        usable = super()._claimable(conn, rows, worker_id, now)
+        if not usable:
+            return []
+        still: set[tuple[str, int]] = set()
+        for tenant in sorted({row[1] for row in usable}):
+            ids = [row[0] for row in usable if row[1] == tenant]
+            still.update(
+                (tenant, job_id)
+                for (job_id,) in conn.execute(
+                    "SELECT job_id FROM jobs WHERE tenant = ? AND job_id = ANY(?) AND "
+                    "((status = 'pending' AND next_retry_at <= ?) OR "
+                    "(status = 'running' AND lease_until < ?))",
+                    (tenant, ids, now, now),
+                )
+            )
+        return [row for row in usable if (row[1], row[0]) in still]
+
+    # -- sizes and statistics ----------------------------------------------------------
+
+    def _size_bytes(self) -> int:
+        """Bytes of this store's tables over every node (shards, indexes, toast)."""
+        row = (
+            self._db()
+            .execute(
+                "SELECT coalesce(sum(citus_total_relation_size(p.logicalrelid)), 0) "
+                "FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid "
+                "WHERE c.relnamespace = current_schema()::regnamespace"
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    def _common_terms(self) -> dict[str, int]:
+        """Rows per term for the terms each shard's statistics list as common, summed.
+
+        These are the most common elements of the ``tsv`` column that ANALYZE keeps on
+        every shard (what PostgreSQL's planner estimates ``@@`` from), read from all shards
+        in one statement and cached for ``STATS_SECONDS``.
+        """
+        with self._stats_lock:
+            read_at, common = self._common
+            if time.monotonic() - read_at < STATS_SECONDS:
+                return common
+        common = {}
+        for (result,) in self._db().execute(
+            "SELECT result FROM run_command_on_shards(?, ?) WHERE success",
+            (self._qualified("chunks"), COMMON_TERMS_SQL),
+        ):
+            for term, rows in json.loads(result).items():
+                common[term] = common.get(term, 0) + int(rows)
+        with self._stats_lock:
+            self._common = (time.monotonic(), common)
+        return common
+
+    def _term_counts(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
+        """Documents per term: the shards' statistics for common terms, counts for the rest.
+
+        The PostgreSQL store asks the planner; through the coordinator the planner says
+        100000 rows for every term (it has no statistics of the shards), which made every
+        term look too common to read. Counting every term on every shard costs 77 ms
+        for a dialogue line's terms at 20k chunks; the shards' own statistics
+        (:meth:`_common_terms`) answer the common terms, and the rest (rare: below the
+        statistics' cut-off) are counted together in one statement.
+        """
+        common = self._common_terms()
+        counts = {term: common[term] for term in terms if common.get(term, 0) > EXACT_COUNT_BELOW}
+        rare = [term for term in terms if term not in counts]
+        if rare:
+            columns = ", ".join(["count(*) FILTER (WHERE tsv @@ CAST(? AS tsquery))"] * len(rare))
+            row = conn.execute(
+                f"SELECT {columns} FROM chunks WHERE tsv @@ CAST(? AS tsquery)",
+                [*(_tsquery([term]) for term in rare), _tsquery(rare)],
+            ).fetchone()
+            counts.update((term, int(count)) for term, count in zip(rare, row, strict=True))
+        return {term: count for term, count in counts.items() if count}
+
+    def _forget_terms(self) -> None:
+        super()._forget_terms()
+        self._common = (0.0, {})
+
+
+def _without_options(url: str) -> str:
+    """The URL libpq accepts: convmem's own option (``schema``) taken out."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
+    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), ""))
+
+
+def _with_options(url: str, option: str) -> str:
+    """``url`` with ``option`` added to libpq's ``options``."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    options = " ".join([v for k, v in query if k == "options"] + [option])
+    query = [(k, v) for k, v in query if k != "options"] + [("options", options)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return urlunsplit(
+            parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+        )
+    return url
