@@ -20,7 +20,6 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-import convmem.service
 from conformance.citus_fixture import citus_schema_url
 from convmem import HashingEmbedder, Memory
 from convmem.governance import KeepAllMarker
@@ -32,21 +31,8 @@ psycopg = pytest.importorskip("psycopg")
 
 
 @pytest.fixture
-def url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A store URL in a fresh schema on the cluster.
-
-    ``Memory.open`` reaches the store through ``open_store``; until that routes
-    ``postgresql://`` URLs through :func:`open_postgres` (which picks Citus when the
-    database has it), the tests route them so.
-    """
-    original = convmem.service.open_store
-
-    def open_store(url: str | None = None, *, durability: str = "full") -> Any:
-        if url is not None and url.startswith(("postgresql://", "postgres://")):
-            return open_postgres(url)
-        return original(url, durability=durability)
-
-    monkeypatch.setattr(convmem.service, "open_store", open_store)
+def url() -> Iterator[str]:
+    """A store URL in a fresh schema on the cluster (``open_store`` picks Citus there)."""
     with citus_schema_url() as schema_url:
         yield schema_url
 

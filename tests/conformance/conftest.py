@@ -1,4 +1,5 @@
-"""Backends under the conformance suite: SQLite (a real file) and PostgreSQL (a real server).
+"""Backends under the conformance suite: SQLite (a real file), PostgreSQL (a real server)
+and Citus (a real 3-node cluster, ``tests/conformance/citus_fixture.py``).
 
 PostgreSQL comes from ``CONVMEM_TEST_POSTGRES_URL`` (``scripts/test`` starts one when the
 server and pgvector are installed; ``.ci/run`` installs them). Outside CI an unreachable
@@ -14,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from citus_fixture import citus_base_url
 
-BACKENDS = ["sqlite", "postgres"]
+BACKENDS = ["sqlite", "postgres", "citus"]
 
 
 def postgres_base_url() -> str:
@@ -58,7 +60,7 @@ def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'memory.db'}"
         return
-    base = postgres_base_url()
+    base = citus_base_url() if backend == "citus" else postgres_base_url()
     schema = "t_" + uuid.uuid4().hex[:12]
     joiner = "&" if "?" in base else "?"
     yield f"{base}{joiner}schema={schema}"

@@ -46,9 +46,9 @@ def open_store(url: str | None = None, *, durability: str = "full") -> SQLStore:
         return SQLiteStore(url, durability=durability)
     scheme = url.split("://", 1)[0]
     if scheme in ("postgresql", "postgres"):
-        from convmem.store.postgres import PostgresStore
+        from convmem.store.citus import open_postgres
 
-        return PostgresStore(url)
+        return open_postgres(url)
     raise InvalidInputError(
         f"Unsupported store URL scheme {scheme!r}; use sqlite:///path/to/memory.db or "
         "postgresql://user@host:5432/db",
