@@ -28,7 +28,7 @@ import numpy as np
 from convmem import HashingEmbedder, Memory
 from convmem.ingest.formats import locomo_conversation
 from convmem.models import ChunkMetadata, ChunkRecord
-from convmem.store.sqlite import IndexedChunk
+from convmem.store import IndexedChunk
 from convmem.text import tokenize
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"

@@ -41,6 +41,20 @@ SKIPPED = {
     "scripts/test": "runs this very suite (and ruff, mypy)",
     "scripts/demo": "runs scripts/setup (pip), then `convmem demo`, which quickstart.md shows "
     "and this test runs; test_cli runs the demo end to end",
+    # Database servers: .ci/run installs them (apt, a Citus build) and scripts/test starts
+    # them before this suite, whose conformance cases then run against them.
+    **dict.fromkeys(
+        [
+            "scripts/postgres install",
+            "scripts/postgres start",
+            "scripts/citus install",
+            "scripts/citus start",
+            "scripts/citus stop",
+            "scripts/citus restart worker1",
+        ],
+        "installs Debian packages or starts/stops the shared database servers; .ci/run and "
+        "scripts/test run them",
+    ),
 }
 # Commands that serve until stopped: (ready when) a line on stderr, or /healthz answers.
 LONG_RUNNING = ("serve", "worker")

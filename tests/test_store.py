@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from convmem import HashingEmbedder, Memory, StoreError
-from convmem.store import base as store_base
+from convmem.store import lexical as store_lexical
 from convmem.store import parse_filters
+from convmem.store import schema as store_schema
 from helpers import make_turns
 
 
@@ -41,14 +42,14 @@ def test_an_older_store_is_migrated_on_open(tmp_path: Path) -> None:
             .execute("SELECT value FROM meta WHERE key='schema_version'")
             .fetchone()
         )
-        assert version == (str(store_base.SCHEMA_VERSION),)
+        assert version == (str(store_schema.SCHEMA_VERSION),)
         assert memory.search("护照", top_k=1)  # tenant-wide lexical uses the new table
 
 
 def test_tenant_wide_lexical_keeps_rare_terms_when_common_ones_are_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_base, "LEXICAL_POSTINGS_BUDGET", 5)
+    monkeypatch.setattr(store_lexical, "LEXICAL_POSTINGS_BUDGET", 5)
     with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
         for index in range(12):
             memory.add_turns(
@@ -132,7 +133,7 @@ def test_lexical_index_is_rebuilt_when_the_tokenizer_changes(tmp_path: Path) -> 
             .execute("SELECT value FROM meta WHERE key='tokenizer_version'")
             .fetchone()
         )
-        assert version == (store_base.tokenizer_signature(),)
+        assert version == (store_schema.tokenizer_signature(),)
         hits = memory.search("paint a sunrise", top_k=1, mode="lexical")
         assert hits and "painted" in hits[0].text
 

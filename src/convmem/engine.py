@@ -17,8 +17,7 @@ from convmem.governance import GovernancePolicy, Marker, RuleMarker, load_policy
 from convmem.ingest import ChunkingPolicy
 from convmem.metrics import Counter
 from convmem.retrieve import HybridSearcher
-from convmem.store import SQLStore, open_store
-from convmem.store.sqlite import worker_identity
+from convmem.store import SQLStore, open_store, worker_identity
 from convmem.text import load_user_dict
 from convmem.worker import Indexer, RetryPolicy, WorkerPool
 
@@ -102,7 +101,7 @@ def open_engine(
     if user_dict is not None:
         load_user_dict(user_dict)
     clock = clock or SYSTEM_CLOCK
-    store = open_store(url, durability=durability)
+    store = open_store(url, durability=durability, clock=clock)
     try:
         embedder = _embedder_for(store, embedder, allow_model_change, model_cache_dir)
         store.recover_dead_claims()

@@ -37,8 +37,7 @@ from convmem.retrieve import (
     SearchRequest,
 )
 from convmem.retrieve.fusion import FUSIONS
-from convmem.store import SQLStore
-from convmem.store.sqlite import IndexedChunk, StoredTurn
+from convmem.store import IndexedChunk, SQLStore, StoredTurn
 from convmem.text import clean_text, tokenize
 from convmem.worker import RetryPolicy
 
@@ -441,9 +440,13 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         self._engine.pool.wake()
         return count
 
-    def purge(self) -> dict[str, int]:
-        """Physically remove the text of deleted chunks and turns (all tenants)."""
-        return self._engine.store.purge()
+    def purge(self, *, all_tenants: bool = False) -> dict[str, int]:
+        """Physically remove the text of this tenant's deleted chunks, turns and notes.
+
+        ``all_tenants`` is the operator's purge of every tenant (``convmem purge
+        --all-tenants``); a tenant's handle never removes another tenant's data by default.
+        """
+        return self._engine.store.purge(None if all_tenants else self._tenant)
 
     def reindex(self, *, batch_size: int = 256) -> int:
         """Re-embed every live chunk from its stored text with this handle's embedder."""

@@ -31,7 +31,7 @@ from convmem.errors import (
 from convmem.governance import KeepAllMarker
 from convmem.models import ChunkMetadata
 from convmem.store import matches, parse_filters
-from convmem.store.base import SCHEMA_VERSION
+from convmem.store.schema import SCHEMA_VERSION
 from helpers import make_turns
 
 

@@ -4,21 +4,45 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from convmem.clock import Clock
 from convmem.errors import InvalidInputError
 from convmem.store.base import SQLStore
+from convmem.store.contract import Backend, Store
 from convmem.store.filters import Condition, FilterSpec, matches, parse_filters, to_sql
+from convmem.store.records import (
+    ClaimedJob,
+    ConversationState,
+    IndexBatch,
+    IndexedChunk,
+    MarkRow,
+    MarkWrite,
+    StoredTurn,
+    text_digest,
+    worker_identity,
+)
 from convmem.store.sqlite import SQLiteStore
 
 __all__ = [
+    "Backend",
+    "ClaimedJob",
     "Condition",
+    "ConversationState",
     "FilterSpec",
+    "IndexBatch",
+    "IndexedChunk",
+    "MarkRow",
+    "MarkWrite",
     "SQLStore",
     "SQLiteStore",
+    "Store",
+    "StoredTurn",
     "default_store_path",
     "matches",
     "open_store",
     "parse_filters",
+    "text_digest",
     "to_sql",
+    "worker_identity",
 ]
 
 
@@ -29,26 +53,29 @@ def default_store_path() -> Path:
     return Path(platformdirs.user_data_dir("convmem", appauthor=False)) / "memory.db"
 
 
-def open_store(url: str | None = None, *, durability: str = "full") -> SQLStore:
+def open_store(
+    url: str | None = None, *, durability: str = "full", clock: Clock | None = None
+) -> SQLStore:
     """Open a store by URL: ``sqlite:///abs/path.db``, ``sqlite:///./rel.db``, a file path,
-    or ``postgresql://user@host:port/db[?schema=name]`` (needs ``convmem[postgres]``).
+    or ``postgresql://user@host:port/db[?schema=name]`` (needs ``convmem[postgres]``; a
+    database with the ``citus`` extension opens as a distributed :class:`CitusStore`).
 
     Raises:
         InvalidInputError: the URL's scheme is not supported.
     """
-    if url is None:
-        return SQLiteStore(default_store_path(), durability=durability)
-    if url.startswith("sqlite:///"):
-        return SQLiteStore(url.removeprefix("sqlite:///") or "memory.db", durability=durability)
-    if url.startswith("sqlite://"):
-        return SQLiteStore(url.removeprefix("sqlite://"), durability=durability)
-    if "://" not in url:
-        return SQLiteStore(url, durability=durability)
+    if url is None or "://" not in url or url.startswith("sqlite://"):
+        if url is None:
+            path: str | Path = default_store_path()
+        elif url.startswith("sqlite:///"):
+            path = url.removeprefix("sqlite:///") or "memory.db"
+        else:
+            path = url.removeprefix("sqlite://")
+        return SQLiteStore(path, durability=durability, clock=clock)
     scheme = url.split("://", 1)[0]
     if scheme in ("postgresql", "postgres"):
         from convmem.store.citus import open_postgres
 
-        return open_postgres(url)
+        return open_postgres(url, clock=clock)
     raise InvalidInputError(
         f"Unsupported store URL scheme {scheme!r}; use sqlite:///path/to/memory.db or "
         "postgresql://user@host:5432/db",

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from convmem.clock import Clock
 from convmem.errors import StoreError
 from convmem.store.base import SQLStore
 from convmem.store.dbapi import Connection
@@ -88,7 +89,7 @@ def has_citus(conninfo: str) -> bool:
     return row is not None
 
 
-def open_postgres(url: str) -> PostgresStore:
+def open_postgres(url: str, *, clock: Clock | None = None) -> PostgresStore:
     """A :class:`CitusStore` when the database has Citus, else a :class:`PostgresStore`."""
     import psycopg
 
@@ -97,13 +98,20 @@ def open_postgres(url: str) -> PostgresStore:
         citus = has_citus(conninfo)
     except psycopg.Error as exc:
         raise StoreError(f"Could not open {_redact_url(url)}: {exc}".strip()) from exc
-    return CitusStore(url) if citus else PostgresStore(url)
+    return CitusStore(url, clock=clock) if citus else PostgresStore(url, clock=clock)
 
 
 class CitusStore(PostgresStore):
     """PostgreSQL + pgvector + Citus: tables distributed by tenant over the workers."""
 
-    def __init__(self, url: str, *, pool_size: int = 10, ef_search: int = 200) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        ef_search: int = 200,
+        clock: Clock | None = None,
+    ) -> None:
         # SET LOCAL (hnsw.ef_search, iterative scans, maintenance_work_mem) must reach the
         # workers that run the shard queries; Citus forwards them only when asked to.
         # (The spaceless --name=value form: the URL round trip writes spaces as '+',
@@ -112,6 +120,7 @@ class CitusStore(PostgresStore):
             _with_options(url, "--citus.propagate_set_commands=local"),
             pool_size=pool_size,
             ef_search=ef_search,
+            clock=clock,
         )
         self._public_url = _redact_url(url)
         self._common: tuple[float, dict[str, int]] = (0.0, {})

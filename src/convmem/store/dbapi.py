@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-__all__ = ["Connection", "Cursor", "StoreConnections"]
+__all__ = ["Connection", "Cursor"]
 
 
 class Cursor(Protocol):
@@ -28,16 +27,3 @@ class Connection(Protocol):
     def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
 
     def executemany(self, sql: str, parameters: Any, /) -> Cursor: ...
-
-
-class StoreConnections:
-    """What the table mixins need from a store: a connection for reads, a transaction."""
-
-    def _db(self) -> Connection:
-        raise NotImplementedError
-
-    def _write(self) -> AbstractContextManager[Connection]:
-        raise NotImplementedError
-
-    def _lock_conversation(self, conn: Connection, tenant: str, conversation_id: str) -> None:
-        """Serialise writers of one conversation (SQLite already has one writer at a time)."""

@@ -10,15 +10,15 @@ and notes that came from them.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from convmem.errors import InvalidInputError, NotFoundError
 from convmem.governance import Decision, Note, NoteDraft, PinRecord, TurnMark
-from convmem.store.dbapi import Connection, StoreConnections
+from convmem.store.contract import Backend
+from convmem.store.dbapi import Connection
+from convmem.store.records import MarkRow, MarkWrite
 
 __all__ = ["GovernanceTables", "MarkRow", "MarkWrite"]
 
@@ -99,25 +99,6 @@ NOTE_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class MarkRow:
-    marker: str
-    base: TurnMark
-    effective: TurnMark | None
-    expired: bool
-    decision: Decision | None
-
-
-@dataclass(frozen=True)
-class MarkWrite:
-    seq: int
-    turn_id: int | str
-    marker: str
-    base: TurnMark
-    effective: TurnMark
-    expires_at: float | None
-
-
 def _iso(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(epoch, UTC).isoformat() if epoch is not None else None
 
@@ -135,7 +116,7 @@ def _note(row: Sequence[Any]) -> Note:
     return Note.model_validate(data)
 
 
-class GovernanceTables(StoreConnections):
+class GovernanceTables(Backend):
     """Mixin for :class:`~convmem.store.base.SQLStore` (uses its connection helpers)."""
 
     # -- reads used by the worker ---------------------------------------------------------
@@ -310,7 +291,7 @@ class GovernanceTables(StoreConnections):
                 rewind = min(rewind, *seqs)
         for pid in dead_pins:
             conn.execute("DELETE FROM pins WHERE tenant=? AND pin_id=?", (tenant, pid))
-        now = time.time()
+        now = self.now()
         for nid, sources, pid in conn.execute(
             "SELECT note_id, source_seqs, pin_id FROM notes WHERE tenant=? AND conversation_id=? "
             "AND deleted=0 AND ((first_seq <= ? AND last_seq >= ?) OR pin_id IS NOT NULL)",
@@ -337,7 +318,7 @@ class GovernanceTables(StoreConnections):
         now: float | None = None,
     ) -> list[Note]:
         """Live notes (not deleted, not expired); ``status`` None: pending and confirmed."""
-        now = time.time() if now is None else now
+        now = self.now() if now is None else now
         sql = (
             f"SELECT {NOTE_COLUMNS} FROM notes WHERE tenant=? AND deleted=0 AND expired=0 AND "
             "(expires_at IS NULL OR expires_at > ?)"
@@ -356,7 +337,7 @@ class GovernanceTables(StoreConnections):
         return [_note(row) for row in self._db().execute(sql, params)]
 
     def note(self, tenant: str, note_id: str, *, now: float | None = None) -> Note:
-        now = time.time() if now is None else now
+        now = self.now() if now is None else now
         row = (
             self._db()
             .execute(
@@ -377,7 +358,7 @@ class GovernanceTables(StoreConnections):
 
         Returns the updated note and the job id.
         """
-        now = time.time()
+        now = self.now()
         with self._write() as conn:
             note = self.note(tenant, note_id, now=now)
             self._lock_conversation(conn, tenant, note.conversation_id)
@@ -462,7 +443,7 @@ class GovernanceTables(StoreConnections):
 
     def sweep_expired(self, now: float | None = None) -> dict[str, int]:
         """Mark expired turn labels and notes; queue their conversations to re-plan."""
-        now = time.time() if now is None else now
+        now = self.now() if now is None else now
         with self._write() as conn:
             due = conn.execute(
                 "SELECT tenant, conversation_id, min(seq), count(*) FROM marks WHERE "
@@ -498,12 +479,13 @@ class GovernanceTables(StoreConnections):
             conn.execute(
                 "INSERT INTO policies (tenant, policy, updated_at) VALUES (?,?,?) ON CONFLICT "
                 "(tenant) DO UPDATE SET policy=excluded.policy, updated_at=excluded.updated_at",
-                (tenant, json.dumps(dict(policy), ensure_ascii=False), time.time()),
+                (tenant, json.dumps(dict(policy), ensure_ascii=False), self.now()),
             )
 
-    def _purge_notes(self, conn: Connection) -> int:
+    def _purge_notes(self, conn: Connection, tenant: str | None) -> int:
+        scope, params = ("", []) if tenant is None else (" AND tenant=?", [tenant])
         return conn.execute(
-            "DELETE FROM notes WHERE deleted=1 OR expired=1 OR "
-            "(expires_at IS NOT NULL AND expires_at <= ?)",
-            (time.time(),),
+            "DELETE FROM notes WHERE (deleted=1 OR expired=1 OR "
+            "(expires_at IS NOT NULL AND expires_at <= ?))" + scope,
+            [self.now(), *params],
         ).rowcount

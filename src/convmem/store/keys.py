@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import time
 from typing import Any
 
 from convmem.errors import NotFoundError
-from convmem.store.dbapi import StoreConnections
+from convmem.store.contract import Backend
 
 __all__ = ["KEYS_SCHEMA", "KeyTables", "hash_key"]
 
@@ -33,7 +32,7 @@ def hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-class KeyTables(StoreConnections):
+class KeyTables(Backend):
     """Mixin for :class:`~convmem.store.base.SQLStore`."""
 
     def create_api_key(self, tenant: str, name: str = "") -> tuple[str, str]:
@@ -44,7 +43,7 @@ class KeyTables(StoreConnections):
             conn.execute(
                 "INSERT INTO api_keys (key_id, key_hash, tenant, name, created_at) "
                 "VALUES (?,?,?,?,?)",
-                (key_id, hash_key(secret), tenant, name, time.time()),
+                (key_id, hash_key(secret), tenant, name, self.now()),
             )
         return key_id, secret
 
@@ -73,7 +72,7 @@ class KeyTables(StoreConnections):
         with self._write() as conn:
             changed = conn.execute(
                 "UPDATE api_keys SET revoked_at=? WHERE key_id=? AND revoked_at IS NULL",
-                (time.time(), key_id),
+                (self.now(), key_id),
             ).rowcount
         if not changed:
             raise NotFoundError(f"no live API key {key_id}")

@@ -31,12 +31,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
+from convmem.clock import Clock
 from convmem.errors import InvalidInputError, StoreError
 from convmem.store.base import (
     MIGRATIONS,
     IndexedChunk,
     SQLStore,
-    _now,
     query_terms,
 )
 from convmem.store.dbapi import Connection, Cursor
@@ -187,7 +187,14 @@ class PostgresStore(SQLStore):
     DIALECT = "postgres"
     native_vector_index = True
 
-    def __init__(self, url: str, *, pool_size: int = 10, ef_search: int = 200) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        ef_search: int = 200,
+        clock: Clock | None = None,
+    ) -> None:
         try:
             import psycopg
             from pgvector.psycopg import register_vector
@@ -197,7 +204,7 @@ class PostgresStore(SQLStore):
                 "The PostgreSQL backend needs psycopg, psycopg-pool and pgvector: "
                 "pip install 'convmem[postgres]'"
             ) from exc
-        super().__init__()
+        super().__init__(clock=clock)
         self._conninfo, self.schema = _parse_url(url)
         self._public_url = _redact(url)
         self._ef_search = ef_search
@@ -438,7 +445,7 @@ class PostgresStore(SQLStore):
             rows = conn.execute(
                 f"SELECT c.rowid, {column} <=> ? AS distance FROM chunks c WHERE {where} "
                 f"AND {same_model} ORDER BY {column} <=> ? LIMIT ?",
-                [vector, tenant, _now(), *params, vector, limit],
+                [vector, tenant, self.now(), *params, vector, limit],
             ).fetchall()
         hits = [(int(rowid), 1.0 - float(distance)) for rowid, distance in rows]
         hits.sort(key=lambda hit: (-hit[1], hit[0]))  # ties: oldest row first, as everywhere
@@ -561,7 +568,7 @@ class PostgresStore(SQLStore):
                 *present_params,
                 _tsquery(terms),
                 tenant,
-                _now(),
+                self.now(),
                 *params,
                 max(limit * 4, 200),
                 max(mean, 1.0),

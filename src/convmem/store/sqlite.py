@@ -17,34 +17,18 @@ from pathlib import Path
 
 import numpy as np
 
+from convmem.clock import Clock
 from convmem.errors import StoreError
 from convmem.store.base import (
     MIGRATIONS,
-    ClaimedJob,
-    ConversationState,
-    IndexBatch,
-    IndexedChunk,
     SQLStore,
-    StoredTurn,
-    _now,
-    _select_in,
     query_terms,
-    text_digest,
-    worker_identity,
+    select_in,
 )
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
 
-__all__ = [
-    "ClaimedJob",
-    "ConversationState",
-    "IndexBatch",
-    "IndexedChunk",
-    "SQLiteStore",
-    "StoredTurn",
-    "text_digest",
-    "worker_identity",
-]
+__all__ = ["SQLiteStore"]
 
 LEXICAL_MIGRATIONS = {
     1: "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(tokens, "
@@ -59,7 +43,9 @@ class SQLiteStore(SQLStore):
 
     NOT_INDEXED = "NOT INDEXED"
 
-    def __init__(self, path: str | Path, *, durability: str = "full") -> None:
+    def __init__(
+        self, path: str | Path, *, durability: str = "full", clock: Clock | None = None
+    ) -> None:
         if durability not in ("full", "normal"):
             raise ValueError("durability must be 'full' (fsync each commit) or 'normal'")
         self.path = Path(path).expanduser().resolve()
@@ -70,7 +56,7 @@ class SQLiteStore(SQLStore):
         self._lock = threading.Lock()
         self._closed = False
         self._write_lock = threading.Lock()
-        super().__init__()
+        super().__init__(clock=clock)
         self._migrate()
         self._check_tokenizer()
 
@@ -159,7 +145,7 @@ class SQLiteStore(SQLStore):
     def _term_counts(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
         return {
             term: int(count)
-            for term, count in _select_in(
+            for term, count in select_in(
                 conn, "SELECT term, doc FROM chunks_vocab WHERE term IN ({marks})", terms
             )
         }
@@ -180,7 +166,7 @@ class SQLiteStore(SQLStore):
         blobs: list[bytes] = []
         cursor = conn.execute(
             f"SELECT c.rowid, c.vector FROM chunks c WHERE {where} AND c.vector IS NOT NULL",
-            [tenant, _now(), *params],
+            [tenant, self.now(), *params],
         )
         while True:
             rows = cursor.fetchmany(8192)
@@ -247,7 +233,7 @@ class SQLiteStore(SQLStore):
             .execute(
                 f"SELECT c.rowid, f.tokens FROM chunks c JOIN chunks_fts f ON f.rowid = c.rowid "
                 f"WHERE {where}",
-                [tenant, _now(), *params],
+                [tenant, self.now(), *params],
             )
             .fetchall()
         )

@@ -7,10 +7,9 @@ project (see ``convmem.story``); entity states are relational and live here.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
-from convmem.store.dbapi import StoreConnections
+from convmem.store.contract import Backend
 
 __all__ = ["STORY_SCHEMA", "StoryTables"]
 
@@ -46,7 +45,7 @@ def _row(row: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-class StoryTables(StoreConnections):
+class StoryTables(Backend):
     """Mixin for :class:`~convmem.store.base.SQLStore`."""
 
     def put_entity_states(self, tenant: str, snapshots: list[dict[str, Any]]) -> int:
@@ -69,7 +68,7 @@ class StoryTables(StoreConnections):
                         s["scene_index"],
                         s["version"],
                         json.dumps(s["state"], ensure_ascii=False),
-                        time.time(),
+                        self.now(),
                     )
                     for s in snapshots
                 ],

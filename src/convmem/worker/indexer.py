@@ -16,8 +16,14 @@ from convmem.errors import ConvmemError, EmbedderError, MarkingError, StoreError
 from convmem.governance import GovernancePolicy, Marker
 from convmem.ingest import ChunkingPolicy
 from convmem.metrics import Counter, Histogram
-from convmem.store import SQLStore
-from convmem.store.sqlite import ClaimedJob, IndexBatch, IndexedChunk, text_digest, worker_identity
+from convmem.store import (
+    ClaimedJob,
+    IndexBatch,
+    IndexedChunk,
+    SQLStore,
+    text_digest,
+    worker_identity,
+)
 from convmem.text import tokenize
 from convmem.worker.prepare import Prepared, prepare
 

@@ -27,9 +27,7 @@ from convmem.governance import (
 )
 from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
 from convmem.models import ChunkRecord
-from convmem.store import SQLStore
-from convmem.store.governance import MarkRow, MarkWrite
-from convmem.store.sqlite import ClaimedJob, IndexedChunk, StoredTurn
+from convmem.store import ClaimedJob, IndexedChunk, MarkRow, MarkWrite, SQLStore, StoredTurn
 from convmem.text import clean_text
 
 __all__ = ["Prepared", "iso", "prepare"]

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,7 +162,7 @@ def cmd_rechunk(args: argparse.Namespace) -> int:
 def cmd_purge(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
         with Progress.for_terminal("purging", quiet=quiet(args), spin=True):
-            removed = _purge(memory, all_tenants=args.all_tenants)
+            removed = memory.purge(all_tenants=args.all_tenants)
         print_json(removed)
     return 0
 
@@ -182,14 +181,6 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             jobs = memory.jobs(args.status, limit=args.limit)
             print_json([job.model_dump(mode="json") for job in jobs])
     return 0
-
-
-def _purge(memory: Memory, *, all_tenants: bool) -> dict[str, int]:
-    purge: Callable[..., dict[str, int]] = memory.purge
-    if "all_tenants" in inspect.signature(purge).parameters:
-        return purge(all_tenants=all_tenants)
-    # A facade whose purge takes no scope is store-wide already (before tenant scoping).
-    return purge()
 
 
 def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:

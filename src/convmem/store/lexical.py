@@ -1,0 +1,86 @@
+"""Lexical search shared by every backend: the query's terms and weights, and which of them
+a tenant-wide search can afford to read (rarest first, within a postings budget)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from convmem.store.contract import Backend
+from convmem.store.dbapi import Connection
+from convmem.store.filters import FilterSpec
+from convmem.text import bm25
+
+__all__ = [
+    "CONVERSATION_QUERY_TERMS",
+    "LEXICAL_POSTINGS_BUDGET",
+    "QUERY_TERMS",
+    "TERM_CACHE_SECONDS",
+    "LexicalStats",
+    "query_terms",
+]
+
+logger = logging.getLogger(__name__)
+
+# Tenant-wide BM25 reads every posting of its terms. Terms are taken rarest first until
+# their postings reach this budget (the rarest is always kept); the common words left out
+# add the least to the ranking and most of the cost.
+LEXICAL_POSTINGS_BUDGET = 8000
+# Distinct query terms read by an index-wide lexical search, and by one scored over a
+# single conversation's rows (cheap: a few hundred rows, so a whole dialogue window fits).
+QUERY_TERMS = 64
+CONVERSATION_QUERY_TERMS = 256
+TERM_CACHE_SECONDS = 300.0
+
+
+def query_terms(tokens: Sequence[str], spec: FilterSpec) -> dict[str, float]:
+    """The query's distinct terms with their BM25 query weights (:func:`bm25.query_weights`).
+
+    At most ``CONVERSATION_QUERY_TERMS`` are kept when the filter names one conversation
+    (a few hundred rows are scored, so a whole dialogue window fits), else ``QUERY_TERMS``.
+    """
+    limit = CONVERSATION_QUERY_TERMS if spec.conversation_id is not None else QUERY_TERMS
+    return bm25.query_weights(tokens, limit)
+
+
+class LexicalStats(Backend):
+    """Which query terms a lexical search reads, from cached document frequencies."""
+
+    _term_cache: dict[str, int]
+    _term_cache_time: float
+
+    def _forget_terms(self) -> None:
+        """Drop cached term statistics (after the lexical index was rebuilt)."""
+        self._term_cache.clear()
+
+    def _selective_terms(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
+        """The query's rarest terms within the postings budget (see LEXICAL_POSTINGS_BUDGET),
+        each with the number of chunks holding it, rarest first.
+
+        Document frequencies are cached in-process for a few minutes: they only steer which
+        terms are read, so a slightly stale count costs nothing in correctness. A term whose
+        postings alone exceed four budgets is never read (it is in so many chunks that it
+        says little, and the vector side still answers).
+        """
+        now = time.monotonic()
+        if now - self._term_cache_time > TERM_CACHE_SECONDS:
+            self._term_cache.clear()
+            self._term_cache_time = now
+        missing = [t for t in terms if t not in self._term_cache]
+        if missing:
+            found = self._term_counts(conn, missing)
+            # absent terms are not cached: a word first indexed a moment later must be found
+            self._term_cache.update({term: int(count) for term, count in found.items()})
+        counts = {t: self._term_cache.get(t, 0) for t in terms}
+        present = sorted((count, t) for t, count in counts.items() if count)
+        chosen: dict[str, int] = {}
+        postings = 0
+        for count, term in present:
+            if count > 4 * LEXICAL_POSTINGS_BUDGET or (
+                chosen and postings + count > LEXICAL_POSTINGS_BUDGET
+            ):
+                break
+            chosen[term] = count
+            postings += count
+        return chosen

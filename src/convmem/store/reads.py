@@ -1,0 +1,165 @@
+"""Reads of live chunks under the filters (never deleted or expired), the change feed the
+ANN sidecar follows, maintenance scans and statistics."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from convmem.store.contract import Backend
+from convmem.store.filters import FilterSpec, to_sql
+from convmem.store.records import next_change, select_in
+
+__all__ = ["ChunkReads"]
+
+logger = logging.getLogger(__name__)
+
+
+class ChunkReads(Backend):
+    """Reads of live chunks: filters, candidates' rows, change feeds, maintenance, stats."""
+
+    def _live_clause(self, spec: FilterSpec) -> tuple[str, list[Any]]:
+        where, params = to_sql(spec, dialect=self.DIALECT)
+        return (
+            f"c.tenant = ? AND c.deleted = 0 AND (c.expires_at IS NULL OR c.expires_at > ?) "
+            f"AND {where}",
+            params,
+        )
+
+    def admit(self, tenant: str, spec: FilterSpec, rowids: Sequence[int]) -> set[int]:
+        """Which of ``rowids`` are live and pass the filter (post-check for ANN candidates)."""
+        if not rowids:
+            return set()
+        where, params = self._live_clause(spec)
+        rows = select_in(
+            self._db(),
+            f"SELECT c.rowid FROM chunks c {self.NOT_INDEXED} WHERE c.rowid IN ({{marks}}) AND {where}",
+            rowids,
+            after=[tenant, self.now(), *params],
+        )
+        return {row[0] for row in rows}
+
+    def load_rows(
+        self, tenant: str, rowids: Sequence[int]
+    ) -> dict[int, tuple[str, str, dict[str, Any]]]:
+        """``rowid -> (chunk_id, text, metadata)`` for live rows of this tenant."""
+        out: dict[int, tuple[str, str, dict[str, Any]]] = {}
+        if not rowids:
+            return out
+        for row in self._db().execute(
+            # NOT INDEXED: without it the planner walks the tenant index instead of
+            # looking up a handful of rowids (measured: 10 ms instead of 0.1 ms at 100k).
+            f"SELECT rowid, chunk_id, text, metadata FROM chunks {self.NOT_INDEXED} WHERE tenant=? AND "
+            f"deleted=0 AND rowid IN ({','.join('?' * len(rowids))})",
+            [tenant, *rowids],
+        ):
+            out[row[0]] = (row[1], row[2], json.loads(row[3]))
+        return out
+
+    def latest_change(self) -> int:
+        row = self._db().execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
+        return int(row[0]) if row else 0
+
+    def changes_since(
+        self, tenant: str, after: int, upto: int, *, page: int = 50_000
+    ) -> Iterator[list[tuple[int, bytes | None]]]:
+        """Pages of ``(rowid, vector or None if deleted)`` changed in ``(after, upto]``.
+
+        Keyset-paginated on ``(change_seq, rowid)``, so a rebuild never holds more than one
+        page of vectors in memory.
+        """
+        conn = self._db()
+        cursor = (after, 0)
+        while True:
+            rows = conn.execute(
+                "SELECT rowid, vector, deleted, change_seq FROM chunks WHERE tenant=? AND "
+                "(change_seq, rowid) > (?, ?) AND change_seq <= ? ORDER BY change_seq, rowid "
+                "LIMIT ?",
+                (tenant, cursor[0], cursor[1], upto, page),
+            ).fetchall()
+            if not rows:
+                return
+            yield [(row[0], None if row[2] else row[1]) for row in rows]
+            cursor = (rows[-1][3], rows[-1][0])
+
+    def removed_since(self, tenant: str, after: int, upto: int) -> list[int]:
+        """Rowids removed (superseded or re-chunked) in ``(after, upto]``."""
+        return [
+            row[0]
+            for row in self._db().execute(
+                "SELECT row FROM removed_rows WHERE tenant=? AND change_seq > ? AND change_seq <= ?",
+                (tenant, after, upto),
+            )
+        ]
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def iter_live_chunks(self, batch: int = 512) -> Iterator[list[tuple[int, str]]]:
+        """Live chunks' ``(rowid, text)`` in batches, across tenants (for reindex)."""
+        last = 0
+        conn = self._db()
+        while True:
+            rows = conn.execute(
+                "SELECT rowid, text FROM chunks WHERE deleted=0 AND rowid > ? ORDER BY rowid LIMIT ?",
+                (last, batch),
+            ).fetchall()
+            if not rows:
+                return
+            yield [(row[0], row[1]) for row in rows]
+            last = rows[-1][0]
+
+    def replace_vectors(self, rows: Sequence[tuple[int, np.ndarray]], model_id: str) -> None:
+        with self._write() as conn:
+            change = next_change(conn)
+            conn.executemany(
+                f"UPDATE chunks SET vector={self.VECTOR_PARAM}, model_id=?, change_seq=? "
+                "WHERE rowid=?",
+                [(self._vector_param(vector), model_id, change, rowid) for rowid, vector in rows],
+            )
+
+    def stats(self, tenant: str) -> dict[str, Any]:
+        conn = self._db()
+        chunks = dict(
+            conn.execute(
+                "SELECT deleted, count(*) FROM chunks WHERE tenant=? GROUP BY deleted", (tenant,)
+            ).fetchall()
+        )
+        turns = dict(
+            conn.execute(
+                "SELECT deleted, count(*) FROM turns WHERE tenant=? GROUP BY deleted", (tenant,)
+            ).fetchall()
+        )
+        conversations = conn.execute(
+            "SELECT count(*) FROM conversations WHERE tenant=?", (tenant,)
+        ).fetchone()[0]
+        jobs = dict(
+            conn.execute(
+                "SELECT status, count(*) FROM jobs WHERE tenant=? GROUP BY status", (tenant,)
+            ).fetchall()
+        )
+        return {
+            "conversations": conversations,
+            "turns": turns.get(0, 0),
+            "turns_deleted": turns.get(1, 0),
+            "chunks": chunks.get(0, 0),
+            "chunks_deleted": chunks.get(1, 0),
+            "jobs": jobs,
+            "notes": dict(
+                conn.execute(
+                    "SELECT status, count(*) FROM notes WHERE tenant=? AND deleted=0 AND "
+                    "expired=0 GROUP BY status",
+                    (tenant,),
+                ).fetchall()
+            ),
+            "turns_kept": conn.execute(
+                "SELECT count(*) FROM marks WHERE tenant=? AND keep=1", (tenant,)
+            ).fetchone()[0],
+            "turns_marked": conn.execute(
+                "SELECT count(*) FROM marks WHERE tenant=?", (tenant,)
+            ).fetchone()[0],
+            "file_bytes": self._size_bytes(),
+        }

@@ -1,0 +1,171 @@
+"""What the store hands up and takes in: stored turns, conversation state, claimed jobs,
+chunks ready to write and one conversation's index batch; and the small helpers every
+query module shares."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from convmem.governance import Decision, NoteDraft, PinRecord, TurnMark
+from convmem.models import ChunkRecord
+from convmem.store.dbapi import Connection
+
+__all__ = [
+    "IN_BATCH",
+    "ClaimedJob",
+    "ConversationState",
+    "IndexBatch",
+    "IndexedChunk",
+    "MarkRow",
+    "MarkWrite",
+    "StoredTurn",
+    "pid_alive",
+    "select_in",
+    "text_digest",
+    "worker_identity",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StoredTurn:
+    seq: int
+    turn_id: int | str
+    role: str
+    name: str | None
+    text: str
+    timestamp: datetime
+    accepted_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class ConversationState:
+    frontier: tuple[int, int] | None
+    rewind_to: int | None
+    revision: int
+    last_seq: int | None
+    indexed_seq: int | None
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    job_id: int
+    tenant: str
+    conversation_id: str
+    min_seq: int
+    max_seq: int
+    attempts: int
+
+
+@dataclass(frozen=True)
+class IndexedChunk:
+    """A chunk ready for the store: record, its vector and lexical tokens."""
+
+    record: ChunkRecord
+    vector: np.ndarray
+    tokens: Sequence[str]
+
+
+@dataclass(frozen=True)
+class MarkRow:
+    """A turn's stored marks: the marker's base mark, the effective one, expiry, verdict."""
+
+    marker: str
+    base: TurnMark
+    effective: TurnMark | None
+    expired: bool
+    decision: Decision | None
+
+
+@dataclass(frozen=True)
+class MarkWrite:
+    """A turn's marks as a worker pass writes them."""
+
+    seq: int
+    turn_id: int | str
+    marker: str
+    base: TurnMark
+    effective: TurnMark
+    expires_at: float | None
+
+
+@dataclass(frozen=True)
+class IndexBatch:
+    """One conversation's re-planned chunks, as the worker hands them to the store."""
+
+    tenant: str
+    conversation_id: str
+    expected_revision: int
+    supersede_after: int
+    chunks: Sequence[IndexedChunk]
+    frontier: tuple[int, int] | None
+    indexed_seq: int | None
+    job_ids: Sequence[int]
+    # Governance derived in the same pass (None: written by a caller without marking).
+    marks_from: int | None = None
+    marks: Sequence[MarkWrite] = ()
+    pins: Sequence[PinRecord] = ()
+    notes: Sequence[NoteDraft] = ()
+
+
+def text_digest(text: str) -> str:
+    """sha256 of the UTF-8 text: how stored text is fingerprinted (vector reuse, duplicates)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def worker_identity() -> str:
+    """``host:pid:thread`` of the calling thread."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+IN_BATCH = 500
+
+
+def select_in(
+    conn: Connection,
+    sql: str,
+    values: Sequence[Any],
+    *,
+    before: Sequence[Any] = (),
+    after: Sequence[Any] = (),
+) -> list[Any]:
+    """Run ``sql`` (with one ``{marks}`` placeholder list) over ``values`` in batches."""
+    rows: list[Any] = []
+    for start in range(0, len(values), IN_BATCH):
+        batch = list(values[start : start + IN_BATCH])
+        rows.extend(
+            conn.execute(
+                sql.replace("{marks}", ",".join("?" * len(batch))), [*before, *batch, *after]
+            )
+        )
+    return rows
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def next_change(conn: Connection) -> int:
+    """A new change number (orders writes for incremental vector-index sync)."""
+    row = conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('change_seq', '1') ON CONFLICT (key) DO "
+        "UPDATE SET value = CAST(CAST(meta.value AS BIGINT) + 1 AS TEXT) RETURNING value"
+    ).fetchone()
+    return int(row[0])

@@ -1,0 +1,203 @@
+"""The schema, written once in SQLite's dialect (PostgreSQL derives its DDL from it), its
+numbered migrations, and what the ``meta`` table records."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from convmem.errors import StoreError
+from convmem.store.contract import Backend
+from convmem.store.governance import GOVERNANCE_SCHEMA
+from convmem.store.keys import KEYS_SCHEMA
+from convmem.store.story import STORY_SCHEMA
+from convmem.text import tokenize, tokenizer_signature
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "UPSERT_META", "SchemaTables"]
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 5
+
+MIGRATIONS: list[str] = [
+    # 1: initial schema
+    """
+    CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS turns (
+        tenant TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        turn_id TEXT NOT NULL,
+        turn_id_is_int INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        name TEXT,
+        text TEXT,
+        text_sha256 TEXT NOT NULL,
+        ts TEXT NOT NULL,
+        meta TEXT NOT NULL DEFAULT '{}',
+        deleted INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (tenant, conversation_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS conversations (
+        tenant TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        frontier_start INTEGER,
+        frontier_end INTEGER,
+        rewind_to INTEGER,
+        revision INTEGER NOT NULL DEFAULT 0,
+        last_seq INTEGER,
+        indexed_seq INTEGER,
+        PRIMARY KEY (tenant, conversation_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS jobs (
+        job_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        min_seq INTEGER NOT NULL,
+        max_seq INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        error_code TEXT,
+        error_message TEXT,
+        next_retry_at REAL NOT NULL,
+        claimed_by TEXT,
+        lease_until REAL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (status, next_retry_at);
+    CREATE INDEX IF NOT EXISTS jobs_conversation ON jobs (tenant, conversation_id, status);
+    CREATE TABLE IF NOT EXISTS chunks (
+        rowid INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        chunk_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        start_seq INTEGER NOT NULL,
+        end_seq INTEGER NOT NULL,
+        chunk_version INTEGER NOT NULL,
+        text TEXT,
+        text_sha256 TEXT,
+        metadata TEXT NOT NULL,
+        participants TEXT NOT NULL DEFAULT '[]',
+        speakers TEXT NOT NULL DEFAULT '[]',
+        intent_tag TEXT,
+        ts_start REAL,
+        ts_end REAL,
+        deleted INTEGER NOT NULL DEFAULT 0,
+        provisional INTEGER NOT NULL DEFAULT 0,
+        origin TEXT NOT NULL,
+        importance REAL,
+        category TEXT,
+        expires_at REAL,
+        pinned INTEGER NOT NULL DEFAULT 0,
+        requires_confirmation INTEGER NOT NULL DEFAULT 0,
+        vector BLOB,
+        model_id TEXT,
+        updated_at REAL NOT NULL,
+        change_seq INTEGER NOT NULL,
+        UNIQUE (tenant, chunk_id)
+    );
+    CREATE INDEX IF NOT EXISTS chunks_conversation ON chunks (tenant, conversation_id, deleted, end_seq);
+    CREATE INDEX IF NOT EXISTS chunks_change ON chunks (tenant, change_seq);
+    CREATE TABLE IF NOT EXISTS removed_rows (
+        tenant TEXT NOT NULL, row INTEGER NOT NULL, change_seq INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS removed_rows_change ON removed_rows (tenant, change_seq)
+    """,
+    # 2: term statistics of the lexical index (backend-specific, see LEXICAL_MIGRATIONS)
+    "",
+    # 3: Stage 2 governance: marks, pins, notes, tenant policies
+    GOVERNANCE_SCHEMA,
+    # 4: API keys of the HTTP service
+    KEYS_SCHEMA,
+    # 5: entity state snapshots of story projects
+    STORY_SCHEMA,
+]
+
+UPSERT_META = "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+
+
+class SchemaTables(Backend):
+    """Schema versions, the tokenizer signature, and the embedding model the store records."""
+
+    def _migrate(self) -> None:
+        migrations = self._migrations()
+        with self._write() as conn:
+            self._lock_schema(conn)
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
+            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            current = int(row[0]) if row else 0
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"Store {self.url} has schema version {current}, newer than this convmem "
+                    f"({SCHEMA_VERSION}); upgrade convmem"
+                )
+            for version in range(current + 1, len(migrations) + 1):
+                for statement in migrations[version - 1].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?) " + UPSERT_META,
+                    (str(version),),
+                )
+                logger.info("migrated %s to schema version %d", self.url, version)
+
+    def _check_tokenizer(self) -> None:
+        """Rebuild the lexical index when search tokens changed since it was written."""
+        row = self._db().execute("SELECT value FROM meta WHERE key='tokenizer_version'").fetchone()
+        signature = tokenizer_signature()
+        if row is not None and row[0] == signature:
+            return
+        began = time.perf_counter()
+        count = 0
+        with self._write() as conn:
+            rows = conn.execute(
+                "SELECT rowid, text FROM chunks WHERE deleted=0 AND text IS NOT NULL"
+            ).fetchall()
+            count = len(rows)
+            if rows:
+                self._clear_lexical(conn)
+                for start in range(0, len(rows), 1000):
+                    self._index_tokens(
+                        conn,
+                        [(rowid, tokenize(text)) for rowid, text in rows[start : start + 1000]],
+                    )
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('tokenizer_version', ?) " + UPSERT_META,
+                (signature,),
+            )
+        self._forget_terms()
+        if count:
+            logger.info(
+                "rebuilt the lexical index of %s for tokenizer %s: %d chunks in %.1fs",
+                self.url,
+                signature,
+                count,
+                time.perf_counter() - began,
+            )
+
+    def embedding_model(self) -> tuple[str, int] | None:
+        rows = dict(
+            self._db()
+            .execute(
+                "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dim')"
+            )
+            .fetchall()
+        )
+        if "embedding_model" not in rows:
+            return None
+        return rows["embedding_model"], int(rows["embedding_dim"])
+
+    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('embedding_model', ?) " + UPSERT_META,
+                (model_id,),
+            )
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('embedding_dim', ?) " + UPSERT_META,
+                (str(dimension),),
+            )
