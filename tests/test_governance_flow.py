@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from convmem import HashingEmbedder, Memory
 from convmem.cli.main import main
+from convmem.clock import ManualClock
 from convmem.errors import InvalidInputError, NotFoundError
 from convmem.governance import LLMMarker, RuleMarker
 from helpers import BASE_TIME, live_chunks, make_turns
@@ -236,7 +237,15 @@ def test_a_user_decision_keeps_the_proposal_it_confirms(governed: Memory) -> Non
     assert any("B方案" in hit.text for hit in governed.search("选了哪个方案", top_k=3))
 
 
-def test_tenant_policy_sets_ttls_and_expired_memory_is_never_returned(governed: Memory) -> None:
+def test_tenant_policy_sets_ttls_and_expired_memory_is_never_returned(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with Memory.open(
+        str(tmp_path / "g.db"), embedder=HashingEmbedder(), workers=0, clock=clock
+    ) as governed:
+        _ttl_flow(governed, clock)
+
+
+def _ttl_flow(governed: Memory, clock: ManualClock) -> None:
     governed.set_policy({"rules": {"task(open)": {"ttl_seconds": 1}}})
     assert governed.policy().rule("task(open)").ttl_seconds == 1
     assert governed.for_tenant("other").policy().rule("task(open)").ttl_seconds == 30 * 86400
@@ -247,7 +256,8 @@ def test_tenant_policy_sets_ttls_and_expired_memory_is_never_returned(governed: 
     task = _mark(governed, "c", 0)
     assert task.category == "task" and task.ttl_seconds == 1
     assert any("王经理" in n.text for n in governed.notes("c"))
-    time.sleep(1.3)
+    assert any("王经理" in hit.text for hit in governed.search("王经理 电话", top_k=5))
+    clock.advance(1.5)
     # expired before any sweep: never returned
     assert not any("王经理" in hit.text for hit in governed.search("王经理 电话", top_k=5))
     assert not any("王经理" in n.text for n in governed.notes("c"))
@@ -490,19 +500,23 @@ def test_an_answered_assistant_question_is_kept_as_context(governed: Memory) -> 
 
 
 def test_worker_threads_sweep_expired_memory(tmp_path: Path) -> None:
+    clock = ManualClock()
     with Memory.open(
         str(tmp_path / "s.db"),
         embedder=HashingEmbedder(),
         workers=1,
-        sweep_seconds=0.2,
-        policy={"rules": {"task(open)": {"ttl_seconds": 1}}},
+        sweep_seconds=60,
+        policy={"rules": {"task(open)": {"ttl_seconds": 3600}}},
+        clock=clock,
     ) as memory:
         memory.add_turns("c", make_turns(["提醒我明天给王经理打电话。"]))
         memory.flush()
-        assert memory.marks("c")[0].mark.ttl_seconds == 1  # the product policy applies
+        assert memory.marks("c")[0].mark.ttl_seconds == 3600  # the product policy applies
+        assert live_chunks(memory, "c")
+        clock.advance(2 * 3600)  # past the TTL and the sweep interval: no sleeping for it
         deadline = time.monotonic() + 15
         while not memory.marks("c")[0].expired and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.05)  # the worker thread's next pass
         memory.flush()
         assert memory.marks("c")[0].expired
         assert live_chunks(memory, "c") == {}

@@ -30,7 +30,7 @@ from convmem.errors import (
 )
 from convmem.governance import KeepAllMarker
 from convmem.models import ChunkMetadata
-from convmem.store import matches, parse_filters
+from convmem.store import Backend, Store, matches, parse_filters
 from convmem.store.schema import SCHEMA_VERSION
 from helpers import make_turns
 
@@ -294,6 +294,41 @@ def test_tenant_isolation(backend_url: str) -> None:
         assert [h.chunk_id for h in b.search("bravo", top_k=5)] == ["same-id"]
         with pytest.raises(FilterError):
             b.search("alpha", filters={"tenant": "a"})
+
+
+def test_a_tenant_purges_only_its_own_deleted_data(backend_url: str) -> None:
+    with opened(backend_url) as memory:
+        a, b = memory.for_tenant("a"), memory.for_tenant("b")
+        for tenant in (a, b):
+            tenant.add_turns("c", make_turns([f"secret of {tenant.tenant}", "ok"]))
+            tenant.flush()
+            tenant.delete("c", turn_range=(0, 0))
+        a.purge()
+        rows = dict(
+            memory.store._db()
+            .execute("SELECT tenant, text FROM turns WHERE conversation_id='c' AND seq=0")
+            .fetchall()
+        )
+        assert rows == {"a": None, "b": "secret of b"}  # B's deleted text waits for B
+        tombstones = dict(
+            memory.store._db()
+            .execute("SELECT tenant, count(*) FROM chunks WHERE deleted=1 GROUP BY tenant")
+            .fetchall()
+        )
+        assert "a" not in tombstones and tombstones.get("b", 0) >= 1
+        assert b.purge()["turns"] == 1
+        memory.purge(all_tenants=True)  # the operator's purge: nothing left anywhere
+
+
+def test_backends_implement_the_whole_contract(backend_url: str) -> None:
+    with opened(backend_url) as memory:
+        store = memory.store
+        assert isinstance(store, Store)
+        # every abstract hook of the contract is implemented by the backend's own classes
+        assert not getattr(type(store), "__abstractmethods__", None)
+        for name in Backend.__abstractmethods__:
+            implemented = getattr(type(store), name)
+            assert implemented is not getattr(Backend, name), name
 
 
 def test_dimension_mismatch(backend_url: str) -> None:
