@@ -32,7 +32,8 @@ from convmem.clock import Clock
 from convmem.errors import StoreError
 from convmem.store.base import SQLStore
 from convmem.store.dbapi import Connection
-from convmem.store.postgres import EXACT_COUNT_BELOW, STATS_SECONDS, PostgresStore, _tsquery
+from convmem.store.postgres import PostgresStore
+from convmem.store.postgres_lexical import EXACT_COUNT_BELOW, STATS_SECONDS, _tsquery
 
 __all__ = ["CitusStore", "citus_ddl", "has_citus", "open_postgres"]
 

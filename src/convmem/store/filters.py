@@ -208,63 +208,66 @@ def parse_filters(filters: Mapping[str, Any] | None, *, tenant: str) -> FilterSp
                     "filter tenant may only name the caller's own tenant", field="filters.tenant"
                 )
             continue
-        if field in STRING_FIELDS or field in INT_FIELDS:
-            check = _string if field in STRING_FIELDS else _int
-            if isinstance(spec, Mapping):
-                op, value = _operator(field, spec, ("$eq", "$ne", "$in"))
-                if op == "$in":
-                    conditions.append(
-                        Condition(field, op, tuple(check(field, v) for v in _list(field, value)))
-                    )
-                else:
-                    conditions.append(Condition(field, op, check(field, value)))
-            else:
-                conditions.append(Condition(field, "$eq", check(field, spec)))
-        elif field in ARRAY_FIELDS:
-            if isinstance(spec, Mapping):
-                op, value = _operator(field, spec, ("$contains", "$contains_any", "$contains_all"))
-                if op == "$contains":
-                    conditions.append(Condition(field, "$contains_any", (_string(field, value),)))
-                else:
-                    items = tuple(_string(field, v) for v in _list(field, value))
-                    conditions.append(Condition(field, op, items))
-            elif isinstance(spec, list | tuple):
-                items = tuple(_string(field, v) for v in _list(field, spec))
-                conditions.append(Condition(field, "$contains_any", items))
-            else:
-                conditions.append(Condition(field, "$contains_any", (_string(field, spec),)))
-        elif field in BOOL_FIELDS:
-            if not isinstance(spec, bool):
-                raise FilterError(
-                    f"filter {field} expects true or false, got {_describe(spec)}",
-                    field=f"filters.{field}",
-                )
-            conditions.append(Condition(field, "$eq", spec))
-        elif field in NUMBER_FIELDS:
-            if isinstance(spec, Mapping):
-                op, value = _operator(field, spec, tuple(COMPARE_OPS))
-                conditions.append(Condition(field, op, _number(field, value)))
-            else:
-                conditions.append(Condition(field, "$eq", _number(field, spec)))
-        else:  # ranges
-            if not isinstance(spec, list | tuple) or len(spec) != 2:
-                raise FilterError(
-                    f"filter {field} expects [start, end], got {_describe(spec)}",
-                    field=f"filters.{field}",
-                )
-            if field == "turn_range":
-                low = None if spec[0] is None else _int(field, spec[0])
-                high = None if spec[1] is None else _int(field, spec[1])
-                bounds: tuple[float | None, float | None] = (low, high)
-            else:
-                bounds = (_timestamp(field, spec[0]), _timestamp(field, spec[1]))
-            if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
-                raise FilterError(
-                    f"filter {field} start is after its end: {_describe(list(spec))}",
-                    field=f"filters.{field}",
-                )
-            conditions.append(Condition(field, "$overlaps", bounds))
+        conditions.append(_condition(field, spec))
     return FilterSpec(tuple(conditions))
+
+
+def _condition(field: str, spec: Any) -> Condition:
+    """One field's condition, its operator and value checked against the field's type."""
+    if field in STRING_FIELDS or field in INT_FIELDS:
+        check = _string if field in STRING_FIELDS else _int
+        if isinstance(spec, Mapping):
+            op, value = _operator(field, spec, ("$eq", "$ne", "$in"))
+            if op == "$in":
+                return Condition(field, op, tuple(check(field, v) for v in _list(field, value)))
+            else:
+                return Condition(field, op, check(field, value))
+        else:
+            return Condition(field, "$eq", check(field, spec))
+    elif field in ARRAY_FIELDS:
+        if isinstance(spec, Mapping):
+            op, value = _operator(field, spec, ("$contains", "$contains_any", "$contains_all"))
+            if op == "$contains":
+                return Condition(field, "$contains_any", (_string(field, value),))
+            else:
+                items = tuple(_string(field, v) for v in _list(field, value))
+                return Condition(field, op, items)
+        elif isinstance(spec, list | tuple):
+            items = tuple(_string(field, v) for v in _list(field, spec))
+            return Condition(field, "$contains_any", items)
+        else:
+            return Condition(field, "$contains_any", (_string(field, spec),))
+    elif field in BOOL_FIELDS:
+        if not isinstance(spec, bool):
+            raise FilterError(
+                f"filter {field} expects true or false, got {_describe(spec)}",
+                field=f"filters.{field}",
+            )
+        return Condition(field, "$eq", spec)
+    elif field in NUMBER_FIELDS:
+        if isinstance(spec, Mapping):
+            op, value = _operator(field, spec, tuple(COMPARE_OPS))
+            return Condition(field, op, _number(field, value))
+        else:
+            return Condition(field, "$eq", _number(field, spec))
+    else:  # ranges
+        if not isinstance(spec, list | tuple) or len(spec) != 2:
+            raise FilterError(
+                f"filter {field} expects [start, end], got {_describe(spec)}",
+                field=f"filters.{field}",
+            )
+        if field == "turn_range":
+            low = None if spec[0] is None else _int(field, spec[0])
+            high = None if spec[1] is None else _int(field, spec[1])
+            bounds: tuple[float | None, float | None] = (low, high)
+        else:
+            bounds = (_timestamp(field, spec[0]), _timestamp(field, spec[1]))
+        if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+            raise FilterError(
+                f"filter {field} start is after its end: {_describe(list(spec))}",
+                field=f"filters.{field}",
+            )
+        return Condition(field, "$overlaps", bounds)
 
 
 def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]]:

@@ -182,6 +182,19 @@ class GovernanceTables(Backend):
                 for mark in marks
             ],
         )
+        self._write_pins(conn, tenant, conversation_id, from_seq, pins, now)
+        self._write_notes(conn, tenant, conversation_id, from_seq, notes, now)
+
+    def _write_pins(
+        self,
+        conn: Connection,
+        tenant: str,
+        conversation_id: str,
+        from_seq: int,
+        pins: Sequence[PinRecord],
+        now: float,
+    ) -> None:
+        """The pass's pins from ``from_seq`` on; a user's verdict on a pin survives."""
         new_pins = {pin.intent.pin_id for pin in pins}
         for (old,) in conn.execute(
             "SELECT pin_id FROM pins WHERE tenant=? AND conversation_id=? AND trigger_seq >= ?",
@@ -208,6 +221,17 @@ class GovernanceTables(Backend):
                     now,
                 ),
             )
+
+    def _write_notes(
+        self,
+        conn: Connection,
+        tenant: str,
+        conversation_id: str,
+        from_seq: int,
+        notes: Sequence[NoteDraft],
+        now: float,
+    ) -> None:
+        """The pass's notes from ``from_seq`` on; a user's verdict on a note survives."""
         new_notes = {note.note_id for note in notes}
         for (old,) in conn.execute(
             "SELECT note_id FROM notes WHERE tenant=? AND conversation_id=? AND origin_seq >= ? "

@@ -41,46 +41,9 @@ class TurnTables(Backend):
                     (tenant, conversation_id, min(seqs), max(seqs)),
                 )
             }
-            accepted: list[int | str] = []
-            duplicates: list[int | str] = []
-            rows = []
-            for index, turn in enumerate(turns):
-                digest = text_digest(turn.text)
-                if turn.seq in stored:
-                    if stored[turn.seq][1] != digest and stored[turn.seq][3]:
-                        raise TurnConflictError(
-                            f"turn {turn.turn_id!r} (sequence {turn.seq}) of conversation "
-                            f"{conversation_id!r} was deleted and its id is retired; send the "
-                            "new text under a new turn id",
-                            field=f"turns[{index}].turn_id",
-                        )
-                    if stored[turn.seq][1] != digest:
-                        raise TurnConflictError(
-                            f"turn {turn.turn_id!r} (sequence {turn.seq}) of conversation "
-                            f"{conversation_id!r} is already stored with different text; turns "
-                            "are immutable: delete the turn range first to replace it",
-                            field=f"turns[{index}].text",
-                        )
-                    duplicates.append(turn.turn_id)
-                    continue
-                timestamp = turn.timestamp or accepted_at
-                rows.append(
-                    (
-                        tenant,
-                        conversation_id,
-                        turn.seq,
-                        str(turn.turn_id),
-                        1 if isinstance(turn.turn_id, int) else 0,
-                        turn.role,
-                        turn.name,
-                        turn.text,
-                        digest,
-                        timestamp.isoformat(),
-                        json.dumps(turn.meta, ensure_ascii=False),
-                        now,
-                    )
-                )
-                accepted.append(turn.turn_id)
+            accepted, duplicates, rows = self._new_rows(
+                tenant, conversation_id, turns, stored, accepted_at, now
+            )
             if not rows:
                 return accepted, duplicates, None
             conn.executemany(
@@ -124,6 +87,59 @@ class TurnTables(Backend):
                 (tenant, conversation_id, new_min, new_max, now, now, now),
             ).fetchone()[0]
         return accepted, duplicates, job_id
+
+    @staticmethod
+    def _new_rows(
+        tenant: str,
+        conversation_id: str,
+        turns: Sequence[Turn],
+        stored: dict[int, Any],
+        accepted_at: datetime,
+        now: float,
+    ) -> tuple[list[int | str], list[int | str], list[tuple[Any, ...]]]:
+        """Rows for the turns not stored yet; identical re-sends are duplicates, a stored
+        id with other text (or a deleted, retired id) is a conflict."""
+        accepted: list[int | str] = []
+        duplicates: list[int | str] = []
+        rows: list[tuple[Any, ...]] = []
+        for index, turn in enumerate(turns):
+            digest = text_digest(turn.text)
+            if turn.seq in stored:
+                if stored[turn.seq][1] != digest and stored[turn.seq][3]:
+                    raise TurnConflictError(
+                        f"turn {turn.turn_id!r} (sequence {turn.seq}) of conversation "
+                        f"{conversation_id!r} was deleted and its id is retired; send the "
+                        "new text under a new turn id",
+                        field=f"turns[{index}].turn_id",
+                    )
+                if stored[turn.seq][1] != digest:
+                    raise TurnConflictError(
+                        f"turn {turn.turn_id!r} (sequence {turn.seq}) of conversation "
+                        f"{conversation_id!r} is already stored with different text; turns "
+                        "are immutable: delete the turn range first to replace it",
+                        field=f"turns[{index}].text",
+                    )
+                duplicates.append(turn.turn_id)
+                continue
+            timestamp = turn.timestamp or accepted_at
+            rows.append(
+                (
+                    tenant,
+                    conversation_id,
+                    turn.seq,
+                    str(turn.turn_id),
+                    1 if isinstance(turn.turn_id, int) else 0,
+                    turn.role,
+                    turn.name,
+                    turn.text,
+                    digest,
+                    timestamp.isoformat(),
+                    json.dumps(turn.meta, ensure_ascii=False),
+                    now,
+                )
+            )
+            accepted.append(turn.turn_id)
+        return accepted, duplicates, rows
 
     def conversation_state(self, tenant: str, conversation_id: str) -> ConversationState:
         row = (
