@@ -10,7 +10,8 @@ threadpoolctl, torch through ``set_num_threads``). Each figure gives wall and CP
 wall time is noisy.
 
 - ingest: realistic turns (LoCoMo dev turns and MADial zh/en dialogue lines, interleaved)
-  embedded as passages in batches of 64; turns/s and CPU s per 1,000 turns.
+  embedded as passages in batches of 64; turns/s and CPU s per 1,000 turns; the same turns
+  again as 4-turn chunks (figures per chunk).
 - query: single short questions (zh and en) through the query side, one at a time;
   p50/p99 wall ms and mean CPU ms.
 - MADial zh / en, vector only: memories as passages (``time scene emotion\\nevent``, as in
@@ -216,7 +217,9 @@ def _clock() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
-def measure_ingest(embedder: Any, turns: list[str], batch: int = 64) -> dict[str, float]:
+def measure_ingest(
+    embedder: Any, turns: list[str], unit: str = "turns", batch: int = 64
+) -> dict[str, float]:
     embedder.embed(turns[:8])  # warm
     wall0, cpu0 = _clock()
     for start in range(0, len(turns), batch):
@@ -224,12 +227,12 @@ def measure_ingest(embedder: Any, turns: list[str], batch: int = 64) -> dict[str
     wall1, cpu1 = _clock()
     wall, cpu = wall1 - wall0, cpu1 - cpu0
     return {
-        "turns": len(turns),
+        unit: len(turns),
         "mean_chars": round(statistics.mean(len(t) for t in turns), 1),
-        "turns_per_s_wall": round(len(turns) / wall, 1),
-        "turns_per_cpu_s": round(len(turns) / cpu, 1) if cpu else float("inf"),
-        "cpu_s_per_1000_turns": round(cpu / len(turns) * 1000, 2),
-        "wall_s_per_1000_turns": round(wall / len(turns) * 1000, 2),
+        f"{unit}_per_s_wall": round(len(turns) / wall, 1),
+        f"{unit}_per_cpu_s": round(len(turns) / cpu, 1) if cpu else float("inf"),
+        f"cpu_s_per_1000_{unit}": round(cpu / len(turns) * 1000, 2),
+        f"wall_s_per_1000_{unit}": round(wall / len(turns) * 1000, 2),
     }
 
 
@@ -307,7 +310,10 @@ def run(name: str, factory: Callable[[int], Any], threads: int, args: Any) -> di
         "load_s_wall": round(wall1 - wall0, 2),
         "load_s_cpu": round(cpu1 - cpu0, 2),
     }
-    row["ingest"] = measure_ingest(embedder, _turns(args.turns))
+    turns = _turns(args.turns)
+    row["ingest"] = measure_ingest(embedder, turns)
+    chunks = ["\n".join(turns[i : i + 4]) for i in range(0, len(turns), 4)]
+    row["ingest_4_turn_chunks"] = measure_ingest(embedder, chunks, "chunks")
     row["query"] = measure_query(embedder, args.queries)
     if not args.no_quality:
         row["madial_zh_vector"] = madial_recall(embedder, "zh", "zh")
