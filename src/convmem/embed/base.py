@@ -9,12 +9,15 @@ back to passage embedding.
 ``fusion_weight`` is the weight of this model's vector ranking against BM25 (weight 1) in
 hybrid fusion. It is per model because models differ: the hashing embedder's vectors
 mostly repeat the lexical signal (0.15), a neural model adds semantics (1.0 by default).
-Read it with ``fusion_weight(embedder)``, which gives the default to embedders without one.
+The best weight also depends on the fusion method (rank-based rrf or score-based convex), so
+an embedder may add ``fusion_weights``, a mapping from fusion name to weight. Read the weight
+with ``fusion_weight(embedder, fusion)``: the mapping's entry for that fusion, else
+``fusion_weight``, else the default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -80,12 +83,22 @@ def embed_documents(embedder: Embedder, texts: Sequence[str]) -> Vectors:
     return embedder.embed(texts)
 
 
-def fusion_weight(embedder: object) -> float:
-    """The vector weight hybrid fusion should use with this embedder."""
-    value = getattr(embedder, "fusion_weight", None)
+def _weight(value: object) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return float(value)
-    return DEFAULT_FUSION_WEIGHT
+    return None
+
+
+def fusion_weight(embedder: object, fusion: str | None = None) -> float:
+    """The vector weight hybrid fusion (``fusion``: "rrf", "convex") should use with this model."""
+    if fusion is not None:
+        weights = getattr(embedder, "fusion_weights", None)
+        if isinstance(weights, Mapping):
+            found = _weight(weights.get(fusion))
+            if found is not None:
+                return found
+    found = _weight(getattr(embedder, "fusion_weight", None))
+    return found if found is not None else DEFAULT_FUSION_WEIGHT
 
 
 def normalise_rows(matrix: npt.ArrayLike) -> Vectors:

@@ -58,8 +58,12 @@ class EmbeddingService:
 
     @property
     def fusion_weight(self) -> float:
-        """The vector weight hybrid fusion should use with this model (see embed.base)."""
+        """The vector weight rrf hybrid fusion should use with this model (see embed.base)."""
         return fusion_weight(self.embedder)
+
+    def fusion_weight_for(self, fusion: str) -> float:
+        """The vector weight for a fusion method ("rrf", "convex") with this model."""
+        return fusion_weight(self.embedder, fusion)
 
     def embed_array(self, texts: Sequence[str]) -> Vectors:
         """Embed passages (what the store keeps) in batches; rows are L2-normalised float32."""

