@@ -25,10 +25,6 @@ __all__ = ["Engine", "open_engine"]
 
 logger = logging.getLogger(__name__)
 
-# Weight of the vector ranking against BM25 for the hashing embedder, whose vectors are a
-# noisier lexical signal (see bench/README.md); neural embedders get 1.0.
-HASHING_VECTOR_WEIGHT = 0.15
-
 
 @dataclass
 class Engine:
@@ -109,12 +105,10 @@ def open_engine(
         searcher = HybridSearcher(
             store,
             embedding,
+            # each model's own weight for the fusion in use (hashing 0.15: its vectors are
+            # a noisier lexical signal; see bench/README.md)
             vector_weight=(
-                vector_weight
-                if vector_weight is not None
-                else HASHING_VECTOR_WEIGHT
-                if embedder.model_id.startswith("hashing")
-                else 1.0
+                vector_weight if vector_weight is not None else embedding.fusion_weight_for(fusion)
             ),
             fusion=fusion,
             ann_min_rows=ann_min_rows,

@@ -299,8 +299,9 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         )
 
     def embed_query(self, text: str) -> list[float]:
-        """The normalised query vector (seed ``embed_chunk``)."""
-        return self._engine.embedding.embed_chunk(clean_text(text) or text)
+        """The normalised query vector, through the model's query side (seed ``embed_chunk``)."""
+        vector = self._engine.embedding.embed_query_array([clean_text(text) or text])[0]
+        return [float(value) for value in vector]
 
     def recent_turns(
         self, conversation_id: str, limit: int = 20, *, kept_only: bool = False

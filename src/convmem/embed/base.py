@@ -1,16 +1,42 @@
-"""The embedder protocol every backend implements."""
+"""The embedder protocol every backend implements.
+
+An embedder has a passage side (``embed``, also reachable as ``embed_documents``) and may
+have a query side (``embed_query``): asymmetric models such as e5 put their own prefixes
+on each side ("query: " / "passage: ") and lose recall without them. Symmetric models and
+embedders written before the query side existed need nothing: ``embed_query`` below falls
+back to passage embedding.
+
+``fusion_weight`` is the weight of this model's vector ranking against BM25 (weight 1) in
+hybrid fusion. It is per model because models differ: the hashing embedder's vectors
+mostly repeat the lexical signal (0.15), a neural model adds semantics (1.0 by default).
+The best weight also depends on the fusion method (rank-based rrf or score-based convex), so
+an embedder may add ``fusion_weights``, a mapping from fusion name to weight. Read the weight
+with ``fusion_weight(embedder, fusion)``: the mapping's entry for that fusion, else
+``fusion_weight``, else the default.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Embedder", "Vectors", "normalise_rows"]
+__all__ = [
+    "DEFAULT_FUSION_WEIGHT",
+    "AsymmetricEmbedder",
+    "Embedder",
+    "Vectors",
+    "embed_documents",
+    "embed_query",
+    "fusion_weight",
+    "normalise_rows",
+]
 
 Vectors = npt.NDArray[np.float32]
+
+DEFAULT_FUSION_WEIGHT = 1.0
 
 
 @runtime_checkable
@@ -18,7 +44,9 @@ class Embedder(Protocol):
     """Turns texts into L2-normalised float32 rows.
 
     ``model_id`` is what the store records; two embedders with the same id must give
-    the same vectors.
+    the same vectors. ``embed`` embeds passages (what is stored). Optional members, read
+    through the functions of this module: ``embed_query(texts)`` (default: ``embed``) and
+    ``fusion_weight`` (default ``DEFAULT_FUSION_WEIGHT``).
     """
 
     @property
@@ -28,6 +56,49 @@ class Embedder(Protocol):
     def dimension(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
+@runtime_checkable
+class AsymmetricEmbedder(Embedder, Protocol):
+    """An embedder with its own query side and fusion weight."""
+
+    fusion_weight: float
+
+    def embed_query(self, texts: Sequence[str]) -> Vectors: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors: ...
+
+
+def embed_query(embedder: Embedder, texts: Sequence[str]) -> Vectors:
+    """Query vectors: the embedder's ``embed_query`` when it has one, else ``embed``."""
+    method = getattr(embedder, "embed_query", None)
+    if callable(method):
+        rows: Vectors = method(texts)
+        return rows
+    return embedder.embed(texts)
+
+
+def embed_documents(embedder: Embedder, texts: Sequence[str]) -> Vectors:
+    """Passage vectors (what the store keeps): ``embed``."""
+    return embedder.embed(texts)
+
+
+def _weight(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
+
+
+def fusion_weight(embedder: object, fusion: str | None = None) -> float:
+    """The vector weight hybrid fusion (``fusion``: "rrf", "convex") should use with this model."""
+    if fusion is not None:
+        weights = getattr(embedder, "fusion_weights", None)
+        if isinstance(weights, Mapping):
+            found = _weight(weights.get(fusion))
+            if found is not None:
+                return found
+    found = _weight(getattr(embedder, "fusion_weight", None))
+    return found if found is not None else DEFAULT_FUSION_WEIGHT
 
 
 def normalise_rows(matrix: npt.ArrayLike) -> Vectors:

@@ -46,6 +46,9 @@ def _features(token: str) -> tuple[tuple[str, float], ...]:
 class HashingEmbedder:
     """Signed feature hashing into ``dimension`` dims (default 512)."""
 
+    # Its vectors mostly repeat the lexical signal, so hybrid fusion gives them little weight.
+    fusion_weight = 0.15
+
     def __init__(self, dimension: int = 512) -> None:
         if dimension < 8:
             raise ValueError(f"dimension must be >= 8, got {dimension}")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from convmem.embed.base import Embedder
 from convmem.embed.hashing import HashingEmbedder
+from convmem.embed.usem import USEM3_NAMES, UsemEmbedder
 from convmem.errors import EmbedderError
 
 __all__ = ["DEFAULT_MODEL", "resolve_embedder"]
@@ -66,6 +67,8 @@ def resolve_embedder(spec: str, *, cache_dir: Path | None = None) -> Embedder:
             ) from None
     if spec in MINILM_NAMES:
         return _minilm()
+    if spec in USEM3_NAMES:  # multilingual USE v3 from the convmem[usem] extra
+        return UsemEmbedder()
     if spec == "auto":
         found = find_cached_model(DEFAULT_MODEL, cache_dir=cache_dir)
         if found is not None:

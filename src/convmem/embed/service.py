@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from convmem.embed.base import Embedder, Vectors
+from convmem.embed.base import Embedder, Vectors, embed_query, fusion_weight
 from convmem.errors import EmbedderError
 from convmem.metrics import Histogram
 
@@ -57,8 +57,28 @@ class EmbeddingService:
     def dimension(self) -> int:
         return self.embedder.dimension
 
+    @property
+    def fusion_weight(self) -> float:
+        """The vector weight rrf hybrid fusion should use with this model (see embed.base)."""
+        return fusion_weight(self.embedder)
+
+    def fusion_weight_for(self, fusion: str) -> float:
+        """The vector weight for a fusion method ("rrf", "convex") with this model."""
+        return fusion_weight(self.embedder, fusion)
+
     def embed_array(self, texts: Sequence[str]) -> Vectors:
-        """Embed texts in batches; rows are L2-normalised float32."""
+        """Embed passages (what the store keeps) in batches; rows are L2-normalised float32."""
+        return self._batched(texts, self.embedder.embed)
+
+    def embed_query_array(self, texts: Sequence[str]) -> Vectors:
+        """Embed search queries through the model's query side (its own prefix, if any).
+
+        Same as ``embed_array`` for symmetric models and embedders without ``embed_query``.
+        """
+        embedder = self.embedder
+        return self._batched(texts, lambda batch: embed_query(embedder, batch))
+
+    def _batched(self, texts: Sequence[str], embed: Callable[[Sequence[str]], Vectors]) -> Vectors:
         import numpy as np
 
         if not texts:
@@ -68,7 +88,7 @@ class EmbeddingService:
             batch = texts[start : start + self.batch_size]
             began = time.perf_counter()
             with self._lock:
-                parts.append(self._checked(self.embedder.embed(batch), len(batch)))
+                parts.append(self._checked(embed(batch), len(batch)))
             self.latency.observe(time.perf_counter() - began)
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 

