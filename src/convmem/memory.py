@@ -242,6 +242,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         mode: str = "hybrid",
         candidates: int | None = None,
         hints: Mapping[str, Any] | None = None,
+        granularity: str = "chunk",
     ) -> list[Hit]:
         """Hybrid search: vector and BM25 candidates under the filters, fused.
 
@@ -255,6 +256,9 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                 (STM recent turns, MTM chunks, LTM notes); hits carry their tier.
             candidates: candidates taken from each side before fusion (default
                 ``max(50, 5 * top_k)``).
+            granularity: ``"chunk"`` (whole chunks) or ``"turn"``: each dialogue hit names
+                one evidence turn in ``turn_range`` (its line as ``text``) and carries the
+                chunk as ``context``; at most one hit per turn.
 
         Raises:
             InvalidInputError / FilterError: empty query, bad ``top_k``, mode or filters.
@@ -275,6 +279,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             query_vector=query_vector,
             mode=mode,
             candidates=candidates,
+            granularity=granularity,
         )
         return self._engine.searcher.search(request)
 

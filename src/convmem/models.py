@@ -267,6 +267,8 @@ class ChunkMetadata(BaseModel):
     requires_confirmation: bool = False
     # The turns whose text the chunk holds (kept turns); empty: every turn of turn_range.
     turn_seqs: list[int] = Field(default_factory=list)
+    # Where each of those turns' lines sits in the text ([start, end) characters), in order.
+    turn_offsets: list[tuple[int, int]] = Field(default_factory=list)
 
     @field_validator("turn_range")
     @classmethod
@@ -323,6 +325,8 @@ class Hit(BaseModel):
     tier: str = "MTM"
     # Seed 002 §5.1: holds something awaiting the user's confirmation; present it as such.
     pending: bool = False
+    # A turn-level hit's surrounding chunk (its text is then the evidence turn's line).
+    context: str | None = None
 
 
 class AddTurnsReceipt(BaseModel):

@@ -179,9 +179,16 @@ def render_chunk(
         topic = ", ".join(topics) if topics else "general"
         prefix = f"[Context: {date}; {who}; topics: {topic}]"
     lines = [prefix]
+    offsets: list[tuple[int, int]] = []
+    position = len(prefix) + 1
     for turn in turns:
         label = turn.name or labels.get(turn.role, turn.role)
-        lines.append(f"{label}: {turn.text}")
+        line = f"{label}: {turn.text}"
+        # where each turn's line sits in the text: a search can name one turn as the
+        # evidence and keep the chunk as its context (small-to-big)
+        offsets.append((position, position + len(line)))
+        position += len(line) + 1
+        lines.append(line)
     metadata = ChunkMetadata(
         conversation_id=conversation_id,
         turn_range=(plan.start, plan.end),
@@ -193,6 +200,8 @@ def render_chunk(
         deleted=False,
         tenant=tenant,
         provisional=not plan.final,
+        turn_seqs=[turn.seq for turn in turns],
+        turn_offsets=offsets,
     )
     return ChunkRecord(
         chunk_id=chunk_id(conversation_id, plan.start, plan.end, policy.version),

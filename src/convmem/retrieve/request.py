@@ -13,9 +13,10 @@ from typing import Any, Protocol
 from convmem.errors import InvalidInputError
 from convmem.models import Hit
 
-__all__ = ["MODES", "SearchRequest", "Searcher"]
+__all__ = ["GRANULARITIES", "MODES", "SearchRequest", "Searcher"]
 
 MODES = ("hybrid", "vector", "lexical")
+GRANULARITIES = ("turn", "chunk")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class SearchRequest:
         mode: ``"hybrid"`` (default), ``"vector"`` or ``"lexical"``.
         candidates: candidates taken from each side before fusion (default
             ``max(50, 5 * top_k)``).
+        granularity: ``"chunk"`` (default): whole chunks; ``"turn"``: a dialogue hit names
+            its evidence turn in ``turn_range`` and carries its chunk as ``context``
+            (small-to-big, :mod:`convmem.retrieve.evidence`).
     """
 
     tenant: str
@@ -36,6 +40,7 @@ class SearchRequest:
     query_vector: Sequence[float] | None = None
     mode: str = "hybrid"
     candidates: int | None = None
+    granularity: str = "chunk"
 
     def __post_init__(self) -> None:
         if not isinstance(self.query_text, str) or not self.query_text.strip():
@@ -46,6 +51,11 @@ class SearchRequest:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
             raise InvalidInputError(
                 f"top_k must be an integer in 1..1000, got {top_k!r}", field="top_k"
+            )
+        if self.granularity not in GRANULARITIES:
+            raise InvalidInputError(
+                f"granularity must be 'turn' or 'chunk', got {self.granularity!r}",
+                field="granularity",
             )
         if self.mode not in MODES:
             raise InvalidInputError(

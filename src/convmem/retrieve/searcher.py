@@ -20,6 +20,7 @@ from convmem.embed import EmbeddingService
 from convmem.errors import EmbedderError, InvalidInputError
 from convmem.metrics import Counter, Histogram
 from convmem.models import Hit
+from convmem.retrieve.evidence import turn_hits
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse
 from convmem.retrieve.request import SearchRequest
 from convmem.store import SQLStore, parse_filters
@@ -85,9 +86,12 @@ class HybridSearcher:
         if mode != "vector":
             tokens = tokenize(clean_text(request.query_text))
             rankings.append((1.0, self.store.lexical(request.tenant, spec, tokens, pool)))
-        window = fuse(self.fusion, rankings)[: request.top_k * 2 + 10]
+        turns = request.granularity == "turn"
+        width = max(request.top_k * 2, 20) + 10 if turns else request.top_k * 2 + 10
+        window = fuse(self.fusion, rankings)[:width]
         rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
         metadata = {rowid: row[2] for rowid, row in rows.items()}
+        chosen = window if turns else diverse(window, metadata, request.top_k)
         hits = [
             Hit(
                 chunk_id=rows[rowid][0],
@@ -96,8 +100,11 @@ class HybridSearcher:
                 metadata=rows[rowid][2],
                 pending=bool(rows[rowid][2].get("requires_confirmation")),
             )
-            for rowid, score in diverse(window, metadata, request.top_k)
+            for rowid, score in chosen
+            if rowid in rows
         ]
+        if turns:
+            hits = turn_hits(hits, clean_text(request.query_text), request.top_k)
         self.latency.observe(time.perf_counter() - began)
         return hits
 

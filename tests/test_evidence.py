@@ -1,0 +1,77 @@
+"""Turn-level evidence (small-to-big): a hit names one turn and keeps its chunk as context."""
+
+from __future__ import annotations
+
+import pytest
+
+from convmem import InvalidInputError, Memory
+from convmem.models import Hit
+from convmem.retrieve.evidence import turn_hits
+from helpers import live_chunks, make_turns
+
+NOISE = [
+    "今天天气不错，适合出去走走。",
+    "是的，阳光很好。",
+    "周末你有什么安排吗？",
+    "可能去公园散步。",
+]
+
+
+def test_a_turn_hit_names_its_evidence_turn_and_carries_the_chunk(memory: Memory) -> None:
+    texts = [*NOISE, "我的车停在地下二层B区17号车位。", "好的，已经记下了。", *NOISE]
+    memory.add_turns("c", make_turns(texts))
+    memory.flush()
+    hits = memory.search("车停在哪个车位", top_k=3, granularity="turn")
+    top = hits[0]
+    assert "B区17号" in top.text and top.metadata["turn_range"] == [4, 4]
+    assert top.metadata["evidence_turns"] == [4] and top.metadata["granularity"] == "turn"
+    # the chunk it came from is the context, and its full range is kept
+    assert top.context is not None and "B区17号" in top.context and top.context != top.text
+    low, high = top.metadata["chunk_turn_range"]
+    assert low <= 4 <= high and high > low
+    assert (top.context, (low, high)) in live_chunks(memory, "c").values()
+    # at most one hit per turn, even though overlapping chunks hold some turns twice
+    seqs = [
+        hit.metadata["turn_range"][0]
+        for hit in memory.search("天气 公园", top_k=10, granularity="turn")
+    ]
+    assert len(seqs) == len(set(seqs))
+
+
+def test_chunk_granularity_stays_the_default(memory: Memory) -> None:
+    memory.add_turns("c", make_turns(["我的车停在地下二层B区17号车位。", "好的，已经记下了。"]))
+    memory.flush()
+    (hit,) = memory.search("车位", top_k=1)
+    assert hit.context is None and hit.text.startswith("[上下文")
+    with pytest.raises(InvalidInputError) as caught:
+        memory.search("车位", granularity="sentence")
+    assert caught.value.field == "granularity"
+
+
+def _hit(chunk_id: str, score: float, lines: list[str], seqs: list[int] | None) -> Hit:
+    text = "\n".join(["[prefix]", *lines])
+    offsets = []
+    position = len("[prefix]") + 1
+    for line in lines:
+        offsets.append((position, position + len(line)))
+        position += len(line) + 1
+    metadata = {"conversation_id": "c", "turn_range": [0, 0]}
+    if seqs is not None:
+        metadata |= {"turn_seqs": seqs, "turn_offsets": offsets, "turn_range": [seqs[0], seqs[-1]]}
+    return Hit(chunk_id=chunk_id, score=score, text=text, metadata=metadata)
+
+
+def test_turns_are_capped_per_chunk_and_whole_chunks_stay_whole() -> None:
+    first = _hit(
+        "a", 1.0, ["u: alpha one", "a: alpha two", "u: alpha three", "a: alpha four"], [0, 1, 2, 3]
+    )
+    second = _hit("b", 0.5, ["u: beta", "a: alpha five"], [4, 5])
+    whole = _hit("m", 0.4, ["a memory of alpha"], None)
+    hits = turn_hits([first, second, whole], "alpha", 10, per_chunk=3)
+    order = [(hit.chunk_id, hit.metadata["turn_range"][0]) for hit in hits]
+    # three turns of the best chunk, then the next chunk's best turn, before the fourth
+    assert [chunk for chunk, _ in order[:4]] == ["a", "a", "a", "b"]
+    assert [chunk for chunk, _ in order[4:]].count("a") == 1  # the fourth waits
+    memory_hit = next(hit for hit in hits if hit.chunk_id == "m")
+    assert memory_hit.text == whole.text and memory_hit.context is None
+    assert len(hits) == 7
