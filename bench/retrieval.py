@@ -187,11 +187,7 @@ def _dialogue_turns(dialogue: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def run_madial(
-    language: str,
-    embedder_spec: str,
-    modes: list[str],
-    workdir: Path,
-    query_views: list[str],
+    language: str, embedder_spec: str, modes: list[str], workdir: Path, query_views: list[str]
 ) -> dict[str, Any]:
     memories, dialogues = _madial(language)
     embedder = resolve_embedder(embedder_spec)

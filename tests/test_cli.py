@@ -241,9 +241,7 @@ def test_a_closed_stdout_pipe_is_silent(tmp_path: Path) -> None:
     assert err == "", err
 
 
-def test_unexpected_errors_are_one_line_with_a_hint(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_unexpected_errors_are_one_line_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
     from convmem.cli.errors import run_command

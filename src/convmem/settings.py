@@ -94,8 +94,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInputError(
-            f"config file {str(path)!r} is not valid TOML ({exc}); fix the file",
-            field="--config",
+            f"config file {str(path)!r} is not valid TOML ({exc}); fix the file", field="--config"
         ) from None
     known = set(Settings.model_fields)
     for key in values:

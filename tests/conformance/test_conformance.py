@@ -22,12 +22,7 @@ from hypothesis import strategies as st
 
 from conftest import drop_schema, postgres_base_url
 from convmem import HashingEmbedder, Memory
-from convmem.errors import (
-    EmbeddingMismatchError,
-    FilterError,
-    InvalidInputError,
-    TurnConflictError,
-)
+from convmem.errors import EmbeddingMismatchError, FilterError, InvalidInputError, TurnConflictError
 from convmem.governance import KeepAllMarker
 from convmem.models import ChunkMetadata
 from convmem.store import Backend, Store, matches, parse_filters

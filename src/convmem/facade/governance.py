@@ -66,11 +66,7 @@ class GovernanceMethods(FacadeBase):
         ]
 
     def notes(
-        self,
-        conversation_id: str | None = None,
-        status: str | None = None,
-        *,
-        limit: int = 1000,
+        self, conversation_id: str | None = None, status: str | None = None, *, limit: int = 1000
     ) -> list[Note]:
         """Live notes (never deleted or expired ones).
 

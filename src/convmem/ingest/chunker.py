@@ -152,11 +152,7 @@ def _date_span(turns: Sequence[ChunkTurn], chinese: bool) -> str:
 
 
 def render_chunk(
-    conversation_id: str,
-    plan: ChunkPlan,
-    policy: ChunkingPolicy,
-    *,
-    tenant: str = "default",
+    conversation_id: str, plan: ChunkPlan, policy: ChunkingPolicy, *, tenant: str = "default"
 ) -> ChunkRecord:
     """Build the ``ChunkRecord`` for a plan: context prefix fixed into the text, seed metadata."""
     turns = plan.turns

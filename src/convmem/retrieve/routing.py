@@ -17,13 +17,7 @@ from typing import Any
 from convmem.chat import ChatClient, ChatError
 from convmem.errors import InvalidInputError
 
-__all__ = [
-    "DEFAULT_KEYWORD_RULES",
-    "STRATEGIES",
-    "KeywordRule",
-    "Router",
-    "load_rules",
-]
+__all__ = ["DEFAULT_KEYWORD_RULES", "STRATEGIES", "KeywordRule", "Router", "load_rules"]
 
 STRATEGIES = ("semantic_search", "deep_search", "temporal_search", "persona_search")
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from convmem.clock import Clock
 from convmem.errors import InvalidInputError
-from convmem.store.base import SQLStore
-from convmem.store.contract import Backend, Store
+from convmem.store.base import SQLStore, Store
+from convmem.store.contract import Backend
 from convmem.store.filters import Condition, FilterSpec, matches, parse_filters, to_sql
 from convmem.store.records import (
     ClaimedJob,

@@ -54,6 +54,7 @@ __all__ = [
     "IndexBatch",
     "IndexedChunk",
     "SQLStore",
+    "Store",
     "StoredTurn",
     "query_terms",
     "select_in",
@@ -80,3 +81,7 @@ class SQLStore(
         # document frequencies of query terms, see LexicalStats._selective_terms
         self._term_cache: dict[str, int] = {}
         self._term_cache_time = time.monotonic()
+
+
+#: What the layers above a store depend on: the shared queries over a backend's hooks.
+Store = SQLStore

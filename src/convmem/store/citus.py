@@ -106,12 +106,7 @@ class CitusStore(PostgresStore):
     """PostgreSQL + pgvector + Citus: tables distributed by tenant over the workers."""
 
     def __init__(
-        self,
-        url: str,
-        *,
-        pool_size: int = 10,
-        ef_search: int = 200,
-        clock: Clock | None = None,
+        self, url: str, *, pool_size: int = 10, ef_search: int = 200, clock: Clock | None = None
     ) -> None:
         # SET LOCAL (hnsw.ef_search, iterative scans, maintenance_work_mem) must reach the
         # workers that run the shard queries; Citus forwards them only when asked to.

@@ -1,21 +1,19 @@
 """The store contract, in one place.
 
-- :class:`Store` is what the layers above call (the facade, the worker, the searcher, the
-  ANN sidecar): every public method of a store. Both backends are instances of it, and the
-  conformance suite checks that.
 - :class:`Backend` is what a new SQL backend implements: connections, the lexical index,
   vector search and a few hooks. Its abstract methods are the whole list; Python refuses
   to create a backend that lacks one. Everything else (the queries) is shared, written
-  once in :class:`~convmem.store.base.SQLStore`'s modules.
+  once in :class:`~convmem.store.base.SQLStore`'s modules, whose public methods are what the
+  layers above call (``Store``). The conformance suite checks that each backend implements
+  every hook and passes the same behavioural cases.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -23,20 +21,7 @@ from convmem.clock import SYSTEM_CLOCK, Clock
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
 
-if TYPE_CHECKING:
-    from convmem.governance import Note
-    from convmem.governance.derive import Decision
-    from convmem.models import JobInfo, Turn
-    from convmem.store.records import (
-        ClaimedJob,
-        ConversationState,
-        IndexBatch,
-        IndexedChunk,
-        MarkRow,
-        StoredTurn,
-    )
-
-__all__ = ["Backend", "Store"]
+__all__ = ["Backend"]
 
 
 class Backend(ABC):
@@ -139,153 +124,3 @@ class Backend(ABC):
         self, tenant: str, spec: FilterSpec, tokens: Sequence[str], limit: int
     ) -> list[tuple[int, float]]:
         """BM25 (:mod:`convmem.text.bm25`) under the filter: ``(rowid, score)``, best first."""
-
-
-@runtime_checkable
-class Store(Protocol):
-    """Every method the layers above a store call. Both backends implement it."""
-
-    native_vector_index: bool
-
-    @property
-    def url(self) -> str: ...
-    def close(self) -> None: ...
-    def now(self) -> float: ...
-
-    # meta and write path
-    def embedding_model(self) -> tuple[str, int] | None: ...
-    def set_embedding_model(self, model_id: str, dimension: int) -> None: ...
-    def add_turns(
-        self, tenant: str, conversation_id: str, turns: Sequence[Turn], *, accepted_at: datetime
-    ) -> tuple[list[int | str], list[int | str], int | None]: ...
-
-    # jobs
-    def recover_dead_claims(self) -> int: ...
-    def claim_jobs(
-        self, worker_id: str, *, limit: int, lease_seconds: float
-    ) -> list[ClaimedJob]: ...
-    def fail_jobs(
-        self,
-        job_ids: Sequence[int],
-        *,
-        error_code: str,
-        message: str,
-        base_delay: float,
-        max_delay: float,
-        max_attempts: int,
-    ) -> None: ...
-    def release_jobs(self, job_ids: Sequence[int]) -> None: ...
-    def release_worker(self, worker_prefix: str) -> int: ...
-    def job(self, tenant: str, job_id: int) -> JobInfo: ...
-    def jobs(
-        self, tenant: str, *, status: str | None = None, limit: int = 100
-    ) -> list[JobInfo]: ...
-    def retry_job(self, tenant: str, job_id: int) -> JobInfo: ...
-    def backlog(self, tenant: str | None = None) -> tuple[int, int]: ...
-    def backlog_by_conversation(self, tenant: str) -> dict[str, int]: ...
-
-    # indexing
-    def conversation_state(self, tenant: str, conversation_id: str) -> ConversationState: ...
-    def last_final_chunk_before(
-        self, tenant: str, conversation_id: str, seq: int
-    ) -> tuple[int, int] | None: ...
-    def load_turns(
-        self,
-        tenant: str,
-        conversation_id: str,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        between: tuple[int, int] | None = None,
-        include_deleted: bool = False,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[StoredTurn]: ...
-    def chunk_fingerprints(
-        self, tenant: str, chunk_ids: Sequence[str]
-    ) -> dict[str, tuple[str, str, bytes]]: ...
-    def apply_index(self, batches: Sequence[IndexBatch], *, model_id: str) -> list[bool]: ...
-    def upsert_records(
-        self, tenant: str, items: Sequence[IndexedChunk], *, model_id: str
-    ) -> tuple[int, int]: ...
-
-    # delete, purge, re-cut
-    def delete_turns(
-        self, tenant: str, conversation_id: str, turn_range: tuple[int, int]
-    ) -> tuple[int, int, int | None]: ...
-    def reset_conversations(self, tenant: str, conversation_id: str | None = None) -> int: ...
-    def chunk_sources(
-        self, tenant: str, chunk_ids: Sequence[str]
-    ) -> dict[str, tuple[str, int, int, str]]: ...
-    def delete_chunk_rows(self, tenant: str, chunk_ids: Sequence[str]) -> int: ...
-    def purge(self, tenant: str | None) -> dict[str, int]: ...
-
-    # search
-    def scan_vectors(
-        self, tenant: str, spec: FilterSpec, query: np.ndarray, limit: int
-    ) -> list[tuple[int, float]]: ...
-    def lexical(
-        self, tenant: str, spec: FilterSpec, tokens: Sequence[str], limit: int
-    ) -> list[tuple[int, float]]: ...
-    def admit(self, tenant: str, spec: FilterSpec, rowids: Sequence[int]) -> set[int]: ...
-    def load_rows(
-        self, tenant: str, rowids: Sequence[int]
-    ) -> dict[int, tuple[str, str, dict[str, Any]]]: ...
-    def latest_change(self) -> int: ...
-    def changes_since(
-        self, tenant: str, after: int, upto: int, *, page: int = 50_000
-    ) -> Iterator[list[tuple[int, bytes | None]]]: ...
-    def removed_since(self, tenant: str, after: int, upto: int) -> list[int]: ...
-
-    # maintenance
-    def iter_live_chunks(self, batch: int = 512) -> Iterator[list[tuple[int, str]]]: ...
-    def replace_vectors(self, rows: Sequence[tuple[int, np.ndarray]], model_id: str) -> None: ...
-    def stats(self, tenant: str) -> dict[str, Any]: ...
-
-    # governance
-    def load_marks(
-        self, tenant: str, conversation_id: str, from_seq: int
-    ) -> dict[int, MarkRow]: ...
-    def pin_decisions(self, tenant: str, conversation_id: str) -> dict[str, Decision]: ...
-    def notes(
-        self,
-        tenant: str,
-        *,
-        conversation_id: str | None = None,
-        status: str | None = None,
-        limit: int = 1000,
-    ) -> list[Note]: ...
-    def note(self, tenant: str, note_id: str, *, now: float | None = None) -> Note: ...
-    def decide_note(
-        self, tenant: str, note_id: str, *, status: str, evidence_level: str | None = None
-    ) -> tuple[Note, int | None]: ...
-    def mark_rows(self, tenant: str, conversation_id: str) -> Iterator[tuple[Any, ...]]: ...
-    def pin_rows(self, tenant: str, conversation_id: str) -> list[tuple[str, str, str]]: ...
-    def sweep_expired(self, now: float | None = None) -> dict[str, int]: ...
-    def get_policy(self, tenant: str) -> dict[str, Any] | None: ...
-    def set_policy(self, tenant: str, policy: Mapping[str, Any] | None) -> None: ...
-
-    # API keys and story states
-    def create_api_key(self, tenant: str, name: str = "") -> tuple[str, str]: ...
-    def api_key_tenant(self, secret: str) -> str | None: ...
-    def list_api_keys(self) -> list[dict[str, Any]]: ...
-    def revoke_api_key(self, key_id: str) -> None: ...
-    def put_entity_states(self, tenant: str, snapshots: list[dict[str, Any]]) -> int: ...
-    def latest_entity_state(
-        self,
-        tenant: str,
-        project_id: str,
-        entity_id: str,
-        chapter_index: int,
-        scene_index: int,
-        *,
-        inclusive: bool = True,
-    ) -> dict[str, Any] | None: ...
-    def entity_timeline(
-        self,
-        tenant: str,
-        project_id: str,
-        first_chapter: int,
-        last_chapter: int,
-        entity_id: str | None = None,
-    ) -> list[dict[str, Any]]: ...

@@ -286,12 +286,7 @@ class GovernanceTables(Backend):
             )
 
     def _cascade_delete(
-        self,
-        conn: Connection,
-        tenant: str,
-        conversation_id: str,
-        start: int,
-        end: int,
+        self, conn: Connection, tenant: str, conversation_id: str, start: int, end: int
     ) -> int:
         """Delete marks, pins and notes derived from turns in ``[start, end]``.
 

@@ -31,17 +31,10 @@ import numpy as np
 
 from convmem.clock import Clock
 from convmem.errors import InvalidInputError, StoreError
-from convmem.store.base import (
-    MIGRATIONS,
-    IndexedChunk,
-    SQLStore,
-)
+from convmem.store.base import MIGRATIONS, IndexedChunk, SQLStore
 from convmem.store.dbapi import Connection, Cursor
 from convmem.store.filters import FilterSpec
-from convmem.store.postgres_lexical import (
-    PostgresLexical,
-    _tsvector,
-)
+from convmem.store.postgres_lexical import PostgresLexical, _tsvector
 
 __all__ = ["PostgresStore", "pg_ddl"]
 
@@ -55,7 +48,7 @@ LEXICAL_MIGRATIONS = {
     ALTER TABLE chunks ADD COLUMN IF NOT EXISTS ntokens INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv);
     CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (job_id) WHERE status IN ('pending', 'running')
-    """,
+    """
 }
 
 
@@ -165,12 +158,7 @@ class PostgresStore(PostgresLexical, SQLStore):
     native_vector_index = True
 
     def __init__(
-        self,
-        url: str,
-        *,
-        pool_size: int = 10,
-        ef_search: int = 200,
-        clock: Clock | None = None,
+        self, url: str, *, pool_size: int = 10, ef_search: int = 200, clock: Clock | None = None
     ) -> None:
         try:
             import psycopg
@@ -390,13 +378,7 @@ class PostgresStore(PostgresLexical, SQLStore):
         return np.asarray(values, dtype=np.float32).tobytes()
 
     def scan_vectors(
-        self,
-        tenant: str,
-        spec: FilterSpec,
-        query: np.ndarray,
-        limit: int,
-        *,
-        exact: bool = False,
+        self, tenant: str, spec: FilterSpec, query: np.ndarray, limit: int, *, exact: bool = False
     ) -> list[tuple[int, float]]:
         """Nearest live chunks by cosine through the HNSW index (``exact``: a full scan).
 

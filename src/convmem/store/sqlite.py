@@ -19,12 +19,7 @@ import numpy as np
 
 from convmem.clock import Clock
 from convmem.errors import StoreError
-from convmem.store.base import (
-    MIGRATIONS,
-    SQLStore,
-    query_terms,
-    select_in,
-)
+from convmem.store.base import MIGRATIONS, SQLStore, query_terms, select_in
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
 
@@ -153,11 +148,7 @@ class SQLiteStore(SQLStore):
     # -- search ------------------------------------------------------------------------
 
     def scan_vectors(
-        self,
-        tenant: str,
-        spec: FilterSpec,
-        query: np.ndarray,
-        limit: int,
+        self, tenant: str, spec: FilterSpec, query: np.ndarray, limit: int
     ) -> list[tuple[int, float]]:
         """Exact cosine over every live chunk the filter admits (filter first, then score)."""
         where, params = self._live_clause(spec)

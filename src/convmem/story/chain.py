@@ -92,11 +92,7 @@ def build_scene_memory_context(
 
 
 def _relevant_memories(
-    story: StoryMemory,
-    needs: SceneNeeds,
-    point: tuple[int, int],
-    top_k: int,
-    degraded: list[str],
+    story: StoryMemory, needs: SceneNeeds, point: tuple[int, int], top_k: int, degraded: list[str]
 ) -> list[StoryMemoryChunk]:
     """Story chunks before the scene; lexical only when the embedder fails, empty when
     the search fails (each degradation noted)."""
@@ -134,11 +130,7 @@ def _entity_states(
 
 
 def _timeline(
-    story: StoryMemory,
-    needs: SceneNeeds,
-    point: tuple[int, int],
-    window: int,
-    degraded: list[str],
+    story: StoryMemory, needs: SceneNeeds, point: tuple[int, int], window: int, degraded: list[str]
 ) -> dict[str, Any] | None:
     """The state changes of the last ``window`` chapters before the scene (None on failure)."""
     chapter_index = point[0]

@@ -8,14 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from convmem.cli.common import (
-    bounded_int,
-    drain_index,
-    open_memory,
-    print_json,
-    quiet,
-    seconds,
-)
+from convmem.cli.common import bounded_int, drain_index, open_memory, print_json, quiet, seconds
 from convmem.cli.progress import Progress
 from convmem.errors import InvalidInputError
 

@@ -7,14 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from convmem.cli.common import (
-    bounded_int,
-    drain_index,
-    open_memory,
-    print_json,
-    quiet,
-    seconds,
-)
+from convmem.cli.common import bounded_int, drain_index, open_memory, print_json, quiet, seconds
 from convmem.errors import InvalidInputError
 
 __all__ = ["register"]
