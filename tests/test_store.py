@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from convmem import HashingEmbedder, Memory, StoreError
+from convmem.store import SQLiteStore, parse_filters
 from convmem.store import lexical as store_lexical
-from convmem.store import parse_filters
 from convmem.store import schema as store_schema
 from helpers import make_turns
 
@@ -178,3 +178,24 @@ def test_a_user_dictionary_changes_tokens_and_rebuilds_the_index(tmp_path: Path)
         check=True,
     ).stdout.split()
     assert out == ["True", "True"]
+
+
+def test_connections_of_ended_threads_are_closed(tmp_path: Path) -> None:
+    import threading
+
+    with Memory.open(str(tmp_path / "t.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(["hello there", "hi"]))
+
+        def read() -> None:
+            memory.search("hello", mode="lexical")
+
+        for _ in range(50):
+            thread = threading.Thread(target=read)
+            thread.start()
+            thread.join()
+        store = memory.store
+        assert isinstance(store, SQLiteStore)
+        # each new connection closes those of ended threads: the caller's and the last one
+        assert store.open_connections <= 3
+        cache = store._db().execute("PRAGMA cache_size").fetchone()[0]
+        assert cache == -8192

@@ -25,6 +25,10 @@ from convmem.store.filters import FilterSpec
 
 __all__ = ["SQLiteStore"]
 
+# Page cache per connection (one connection per thread): 8 MiB keeps a busy server's memory
+# bounded (64 MiB each grew RSS by hundreds of MB under a dozen clients).
+CACHE_KIB = 8192
+
 LEXICAL_MIGRATIONS = {
     1: "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(tokens, "
     "tokenize = 'unicode61 remove_diacritics 0')",
@@ -47,7 +51,7 @@ class SQLiteStore(SQLStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._durability = durability
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
         self._lock = threading.Lock()
         self._closed = False
         self._write_lock = threading.Lock()
@@ -74,11 +78,30 @@ class SQLiteStore(SQLStore):
             conn.execute("PRAGMA secure_delete=ON")
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("PRAGMA temp_store=MEMORY")
-            conn.execute("PRAGMA cache_size=-65536")
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             self._local.conn = conn
             with self._lock:
-                self._connections.append(conn)
+                self._close_orphans()
+                self._connections.append((threading.current_thread(), conn))
         return conn
+
+    def _close_orphans(self) -> None:
+        """Close the connections of threads that have ended (a server's thread pool and
+        short-lived callers would otherwise leave one connection and its page cache each)."""
+        alive = []
+        for thread, conn in self._connections:
+            if thread.is_alive():
+                alive.append((thread, conn))
+            else:
+                with suppress(sqlite3.Error):  # closing is best effort
+                    conn.close()
+        self._connections = alive
+
+    @property
+    def open_connections(self) -> int:
+        """Connections this store holds (one per live thread that used it)."""
+        with self._lock:
+            return len(self._connections)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -102,7 +125,7 @@ class SQLiteStore(SQLStore):
     def close(self) -> None:
         self._closed = True
         with self._lock:
-            for conn in self._connections:
+            for _, conn in self._connections:
                 with suppress(sqlite3.Error):  # closing is best effort
                     conn.close()
             self._connections.clear()
