@@ -244,3 +244,21 @@ def test_changed_model_is_a_clear_error_naming_reindex(tmp_path: Path) -> None:
         with pytest.raises(InvalidInputError) as caught:
             memory.search("护照", query_vector=[0.0] * 512)
         assert caught.value.field == "query_vector"
+
+
+def test_the_model_cache_follows_hugging_face_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from convmem.embed.transformer import default_model_cache, find_cached_model
+
+    for variable in ("HF_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert default_model_cache() == tmp_path / "hf" / "hub"
+    snapshot = tmp_path / "hf" / "hub" / "models--org--tiny" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}", encoding="utf-8")
+    assert find_cached_model("org/tiny") == snapshot
+    monkeypatch.setenv("TRANSFORMERS_CACHE", str(tmp_path / "tc"))
+    assert default_model_cache() == tmp_path / "tc"
+    assert find_cached_model("org/tiny") is None

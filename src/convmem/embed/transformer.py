@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,18 +19,30 @@ import numpy as np
 from convmem.embed.base import Vectors, normalise_rows
 from convmem.errors import EmbedderError
 
-__all__ = ["TransformerEmbedder", "find_cached_model"]
+__all__ = ["TransformerEmbedder", "default_model_cache", "find_cached_model"]
 
 logger = logging.getLogger(__name__)
+
+
+def default_model_cache() -> Path:
+    """Where Hugging Face tools keep downloaded models, by their own settings: ``HF_HUB_CACHE``,
+    then ``TRANSFORMERS_CACHE``, then ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
+    for variable in ("HF_HUB_CACHE", "TRANSFORMERS_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path.home() / ".cache" / "huggingface" / "hub"
 
 
 def find_cached_model(name: str, *, cache_dir: Path | None = None) -> Path | None:
     """Find a Hugging Face model already on disk (``org/name``), or ``None``.
 
-    Looks in ``cache_dir`` (default ``~/.cache/huggingface/hub``) for a snapshot that has
-    a ``config.json``. Never touches the network.
+    Looks in ``cache_dir`` (default :func:`default_model_cache`, which honours ``HF_HOME``
+    and ``TRANSFORMERS_CACHE``) for a snapshot that has a ``config.json``. Never touches
+    the network.
     """
-    root = cache_dir if cache_dir is not None else Path.home() / ".cache" / "huggingface" / "hub"
+    root = cache_dir if cache_dir is not None else default_model_cache()
     snapshots = root / ("models--" + name.replace("/", "--")) / "snapshots"
     if not snapshots.is_dir():
         return None
