@@ -41,6 +41,14 @@ SKIPPED = {
     "scripts/test": "runs this very suite (and ruff, mypy)",
     "scripts/demo": "runs scripts/setup (pip), then `convmem demo`, which quickstart.md shows "
     "and this test runs; test_cli runs the demo end to end",
+    # MCP servers answer their client on stdin/stdout until it hangs up.
+    **dict.fromkeys(
+        [
+            "convmem mcp --store ~/memory.db --tenant alice",
+            "convmem mcp --http 8765 --store ~/memory.db",
+        ],
+        "serves an MCP client until it disconnects; tests/test_mcp.py drives it with the SDK",
+    ),
     # Database servers: .ci/run installs them (apt, a Citus build) and scripts/test starts
     # them before this suite, whose conformance cases then run against them.
     **dict.fromkeys(

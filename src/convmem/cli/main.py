@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
-from convmem.cli.commands import data, governance, service, shell, story
+from convmem.cli.commands import data, governance, mcp, service, shell, story
 from convmem.cli.errors import EXIT_USAGE, run_command, say
 from convmem.settings import LOG_LEVELS, load_settings
 
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"convmem {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (data, governance, service, story, shell):
+    for module in (data, governance, service, story, mcp, shell):
         module.register(sub, [common])
     parser.set_defaults(root_parser=parser)
     return parser

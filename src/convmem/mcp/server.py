@@ -1,0 +1,172 @@
+"""The MCP tools over one :class:`~convmem.Memory`: remember, recall, forget, list_notes,
+confirm_note, scene_context.
+
+Every tool validates its input with the HTTP service's request models, so a bad value is
+refused with the same message and field as ``/v1`` would give, as a tool error.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, ValidationError
+
+from convmem.errors import ConvmemError, InvalidInputError
+from convmem.memory import Memory
+from convmem.server.schemas import DeleteIn, SceneIn, SearchIn, TurnsIn
+from convmem.story import build_scene_memory_context
+
+__all__ = ["TOOLS", "build_server"]
+
+TOOLS = ("remember", "recall", "forget", "list_notes", "confirm_note", "scene_context")
+_Model = TypeVar("_Model", bound=BaseModel)
+_Tool = TypeVar("_Tool", bound=Callable[..., Any])
+
+
+def _parse(model: type[_Model], data: dict[str, Any]) -> _Model:
+    """The request model for a tool's arguments, or InvalidInputError naming the field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or None
+        raise InvalidInputError(f"{field}: {error['msg']}", field=field) from None
+
+
+def _tool_errors(function: _Tool) -> _Tool:
+    """Library errors become tool errors that name the field and say the fix."""
+
+    @functools.wraps(function)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except ConvmemError as exc:
+            field = getattr(exc, "field", None)
+            prefix = f"{type(exc).__name__} (field {field})" if field else type(exc).__name__
+            raise ToolError(f"{prefix}: {exc}") from exc
+
+    return wrapped  # type: ignore[return-value]
+
+
+def build_server(memory: Memory) -> MCPServer:
+    """An MCP server whose tools read and write ``memory`` (one tenant)."""
+    server = MCPServer(
+        "convmem",
+        instructions="Long-term conversation memory: remember turns, recall evidence with "
+        "filters and retrieval hints, forget by turn range or chunk id, confirm notes, and "
+        "build a story scene's memory context.",
+    )
+
+    @server.tool()
+    @_tool_errors
+    def remember(conversation_id: str, turns: list[dict[str, Any]]) -> dict[str, Any]:
+        """Store turns (turn_id, role, text, timestamp) durably and queue them for indexing."""
+        body = _parse(TurnsIn, {"turns": turns})
+        return memory.add_turns(conversation_id, body.as_dicts()).model_dump(mode="json")
+
+    @server.tool()
+    @_tool_errors
+    def recall(
+        query: str,
+        top_k: int = 6,
+        filters: dict[str, Any] | None = None,
+        hints: dict[str, Any] | None = None,
+        mode: str = "hybrid",
+    ) -> dict[str, Any]:
+        """Search memory: hits with score, text and metadata; deleted memory never returns."""
+        body = _parse(
+            SearchIn,
+            {"query_text": query, "top_k": top_k, "filters": filters, "hints": hints, "mode": mode},
+        )
+        if body.hints is not None:
+            hints_used = body.hints.model_dump(mode="json", exclude_unset=True)
+            result = memory.retrieve(
+                body.query_text, hints_used, filters=body.filters, top_k=body.top_k
+            )
+            return result.as_dict()
+        hits = memory.search(
+            body.query_text, top_k=body.top_k, filters=body.filters, mode=body.mode
+        )
+        return {"hits": [hit.model_dump(mode="json") for hit in hits], "hints": None}
+
+    @server.tool()
+    @_tool_errors
+    def forget(
+        conversation_id: str,
+        turn_range: list[int] | None = None,
+        chunk_ids: list[str] | None = None,
+        all: bool = False,
+    ) -> dict[str, Any]:
+        """Delete by turn range or chunk ids; a whole conversation only with all=true."""
+        body = _parse(
+            DeleteIn,
+            {"conversation_id": conversation_id, "turn_range": turn_range, "chunk_ids": chunk_ids},
+        )
+        if body.turn_range is None and body.chunk_ids is None and not all:
+            raise InvalidInputError(
+                "send turn_range or chunk_ids, or all=true to forget the whole conversation",
+                field="turn_range",
+            )
+        result = memory.delete(body.conversation_id, body.turn_range, body.chunk_ids)
+        return {
+            "deleted": result.deleted,
+            "turns_deleted": result.turns_deleted,
+            "errors": result.errors,
+        }
+
+    @server.tool()
+    @_tool_errors
+    def list_notes(
+        conversation_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Live notes: pending and confirmed by default, or one status."""
+        return [
+            note.model_dump(mode="json")
+            for note in memory.notes(conversation_id, status, limit=limit)
+        ]
+
+    @server.tool()
+    @_tool_errors
+    def confirm_note(
+        note_id: str, confirm: bool = True, evidence_level: str | None = None
+    ) -> dict[str, Any]:
+        """Confirm (or, with confirm=false, reject) a note awaiting the user's confirmation."""
+        note = memory.update_note(note_id, confirm=confirm, evidence_level=evidence_level)
+        return note.model_dump(mode="json")
+
+    @server.tool()
+    @_tool_errors
+    def scene_context(
+        project_id: str,
+        scene_plan: dict[str, Any],
+        chapter_index: int | None = None,
+        scene_index: int | None = None,
+        characters: dict[str, Any] | None = None,
+        top_k: int = 10,
+    ) -> dict[str, Any]:
+        """A story scene's memory context from what came before it (seed 003)."""
+        data = {"project_id": project_id, "scene_plan": scene_plan, "top_k": top_k}
+        data |= {"chapter_index": chapter_index, "scene_index": scene_index}
+        if characters is not None:
+            data["characters"] = characters
+        body = _parse(SceneIn, data)
+        chapter = (
+            body.chapter_index if body.chapter_index is not None else body.scene_plan.chapter_index
+        )
+        scene = body.scene_index if body.scene_index is not None else body.scene_plan.scene_index
+        context = build_scene_memory_context(
+            body.scene_plan,
+            body.characters,
+            body.project_id,
+            chapter,
+            scene,
+            memory=memory,
+            top_k=body.top_k,
+        )
+        return context.model_dump(mode="json")
+
+    return server
