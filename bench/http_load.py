@@ -160,8 +160,21 @@ def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
                         else:
                             errors[f"{kind}:{status}"] = errors.get(f"{kind}:{status}", 0) + 1
 
+        rss: list[tuple[float, float]] = []  # (seconds into the run, server RSS in MB)
+
+        def sample_rss() -> None:
+            import psutil
+
+            process = psutil.Process(server.pid)
+            while time.monotonic() < stop_at:
+                rss.append(
+                    (time.monotonic() - (stop_at - args.seconds), process.memory_info().rss / 2**20)
+                )
+                time.sleep(min(10.0, args.seconds / 20))
+
         began = time.perf_counter()
         clients = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+        clients.append(threading.Thread(target=sample_rss))
         for thread in clients:
             thread.start()
         for thread in clients:
@@ -178,6 +191,15 @@ def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
             "turns_per_write": args.batch,
             "backlog_drain_seconds": round(time.perf_counter() - drain_began, 1),
             "errors": errors,
+            # a flat line is the goal: memory given back between requests, not grown per thread
+            "server_rss_mb": {
+                "first_minute_max": round(max(v for t, v in rss if t < 60), 1) if rss else None,
+                "last_minute_max": round(max(v for t, v in rss if t >= wall - 60), 1)
+                if rss
+                else None,
+                "max": round(max(v for _, v in rss), 1) if rss else None,
+                "samples": [[round(t), round(v, 1)] for t, v in rss],
+            },
             **{
                 kind: {
                     "requests": len(values),

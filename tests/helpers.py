@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -65,3 +66,42 @@ class OutageEmbedder:
             self.failures += 1
             raise EmbedderError("model server unavailable")
         return self.inner.embed(texts)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def served(*options: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A real ``convmem serve`` subprocess on a free loopback port; yields its base URL."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    port = free_port()
+    command = [sys.executable, "-m", "convmem", "serve", "--port", str(port), *options]
+    environment = {**os.environ, **(env or {})}
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=environment) as server:
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert server.poll() is None, server.stderr.read() if server.stderr else ""
+                assert time.monotonic() < deadline, "convmem serve did not answer /healthz"
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.terminate()
+            server.wait(timeout=30)

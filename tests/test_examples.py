@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import runpy
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+
+from helpers import served
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 
@@ -51,31 +50,9 @@ def test_story_scene_uses_only_what_came_before(tmp_path: Path) -> None:
     assert all((hit.chapter_index, hit.scene_index) < (3, 1) for hit in context.relevant_memories)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.mark.slow
 def test_http_client_writes_searches_and_deletes(tmp_path: Path) -> None:
-    port = _free_port()
-    command = [sys.executable, "-m", "convmem", "serve", "--no-auth", "--port", str(port)]
-    command += ["--store", str(tmp_path / "h.db"), "--embedder", "hashing"]
-    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as server:
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                assert server.poll() is None, server.stderr.read() if server.stderr else ""
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            example = _load("http_client.py")
-            hits = example["run"](f"http://127.0.0.1:{port}")
-            assert hits and "2025-02-18" in str(hits[0]["text"])
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    options = ("--no-auth", "--store", str(tmp_path / "h.db"), "--embedder", "hashing")
+    with served(*options) as base_url:
+        hits = _load("http_client.py")["run"](base_url)
+        assert hits and "2025-02-18" in str(hits[0]["text"])

@@ -1,0 +1,239 @@
+"""A typed client for the HTTP service, shaped like :class:`~convmem.Memory`.
+
+>>> from convmem.client import Client
+>>> with Client("http://127.0.0.1:8077", api_key="cm_...") as memory:  # doctest: +SKIP
+...     memory.add_turns("conv_abc", [{"turn_id": 1, "role": "user", "text": "..."}])
+...     memory.flush()
+...     hits = memory.search("护照哪天到期", top_k=3)
+
+:class:`Client` and :class:`AsyncClient` share one layer that turns each method into a
+request and each answer into a value (:class:`_Requests`); they differ only in how the
+request is sent. Errors arrive as the service's one body, ``{"error": {"type", "message",
+"field"}}``, and are raised as the library's own exception classes (one table,
+:data:`ERRORS`), so code written against ``Memory`` catches the same errors remotely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from convmem.errors import (
+    ConvmemError,
+    EmbedderError,
+    EmbeddingMismatchError,
+    FlushTimeoutError,
+    InvalidInputError,
+    NotFoundError,
+    StoreError,
+    TurnConflictError,
+)
+from convmem.models import AddTurnsReceipt, Hit
+
+__all__ = ["ERRORS", "AsyncClient", "AuthenticationError", "Client"]
+
+
+class AuthenticationError(ConvmemError, PermissionError):
+    """The service refused the API key (401) or the route needs the admin key (403)."""
+
+
+#: The error body's ``type`` -> the exception the library raises for the same failure.
+ERRORS: dict[str, type[ConvmemError]] = {
+    "invalid_input": InvalidInputError,
+    "invalid_json": InvalidInputError,
+    "invalid_body": InvalidInputError,
+    "body_too_large": InvalidInputError,
+    "turn_conflict": TurnConflictError,
+    "not_found": NotFoundError,
+    "embedding_mismatch": EmbeddingMismatchError,
+    "flush_timeout": FlushTimeoutError,
+    "store_unavailable": StoreError,
+    "embedder_unavailable": EmbedderError,
+    "unauthorized": AuthenticationError,
+    "forbidden": AuthenticationError,
+}
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One request and how to read its answer."""
+
+    method: str
+    path: str
+    body: Any = None
+    params: Mapping[str, Any] | None = None
+    read: Callable[[Any], Any] = field(default=lambda data: data)
+
+
+def _error(response: httpx.Response) -> ConvmemError:
+    """The library exception for an error response."""
+    try:
+        error = response.json()["error"]
+        kind, message, where = error.get("type"), str(error.get("message")), error.get("field")
+    except (ValueError, KeyError, TypeError):
+        kind, message, where = None, f"HTTP {response.status_code}: {response.text[:200]}", None
+    cls = ERRORS.get(str(kind), ConvmemError)
+    if issubclass(cls, InvalidInputError):
+        return cls(message, field=where)
+    return cls(message)
+
+
+class _Requests:
+    """Memory's methods as requests (shared by the sync and async clients)."""
+
+    @staticmethod
+    def add_turns(conversation_id: str, turns: Sequence[Mapping[str, Any]]) -> _Call:
+        return _Call(
+            "POST",
+            f"/v1/conversations/{conversation_id}/turns",
+            {"turns": list(turns)},
+            read=lambda data: AddTurnsReceipt.model_validate(data),
+        )
+
+    @staticmethod
+    def status(conversation_id: str) -> _Call:
+        return _Call("GET", f"/v1/conversations/{conversation_id}/status")
+
+    @staticmethod
+    def search(
+        query_text: str,
+        top_k: int = 6,
+        filters: Mapping[str, Any] | None = None,
+        *,
+        mode: str = "hybrid",
+        hints: Mapping[str, Any] | None = None,
+    ) -> _Call:
+        body = {"query_text": query_text, "top_k": top_k, "filters": filters, "mode": mode}
+        if hints is not None:
+            body["hints"] = hints
+        return _Call(
+            "POST",
+            "/v1/search",
+            body,
+            read=lambda data: [Hit.model_validate(h) for h in data["hits"]],
+        )
+
+    @staticmethod
+    def delete(
+        conversation_id: str,
+        turn_range: Sequence[int] | None = None,
+        chunk_ids: Sequence[str] | None = None,
+    ) -> _Call:
+        body = {
+            "conversation_id": conversation_id,
+            "turn_range": list(turn_range) if turn_range is not None else None,
+            "chunk_ids": list(chunk_ids) if chunk_ids is not None else None,
+        }
+        return _Call("POST", "/v1/delete", body)
+
+    @staticmethod
+    def update(chunk: Mapping[str, Any]) -> _Call:
+        return _Call("POST", "/v1/update", {"chunk": dict(chunk)})
+
+    @staticmethod
+    def notes(conversation_id: str | None = None, status: str | None = None) -> _Call:
+        params = {k: v for k, v in (("conversation_id", conversation_id), ("status", status)) if v}
+        return _Call("GET", "/v1/notes", params=params)
+
+    @staticmethod
+    def update_note(
+        note_id: str, confirm: bool = True, *, evidence_level: str | None = None
+    ) -> _Call:
+        body: dict[str, Any] = {"note_id": note_id, "confirm": confirm}
+        if evidence_level is not None:
+            body["evidence_level"] = evidence_level
+        return _Call("POST", "/v1/update", body)
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _answer(call: _Call, response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        raise _error(response)
+    return call.read(response.json())
+
+
+class Client:
+    """The HTTP service as a ``Memory``-shaped object (blocking)."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 30.0) -> None:
+        self._http = httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=timeout)
+
+    def _send(self, call: _Call) -> Any:
+        request = self._http.build_request(
+            call.method, call.path, json=call.body, params=call.params
+        )
+        return _answer(call, self._http.send(request))
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        build = getattr(_Requests, name)  # AttributeError for names the service lacks
+        return lambda *args, **kwargs: self._send(build(*args, **kwargs))
+
+    def flush(self, conversation_id: str, timeout: float = 60.0) -> None:
+        """Wait until the conversation's backlog is indexed (FlushTimeoutError after timeout)."""
+        deadline = time.monotonic() + timeout
+        while self._send(_Requests.status(conversation_id))["backlog"]:
+            if time.monotonic() >= deadline:
+                raise FlushTimeoutError(
+                    f"conversation {conversation_id!r} still indexing after {timeout:g}s"
+                )
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """The HTTP service as a ``Memory``-shaped object for ``asyncio`` code."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 30.0) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout
+        )
+
+    async def _send(self, call: _Call) -> Any:
+        request = self._http.build_request(
+            call.method, call.path, json=call.body, params=call.params
+        )
+        return _answer(call, await self._http.send(request))
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        build = getattr(_Requests, name)
+        return lambda *args, **kwargs: self._send(build(*args, **kwargs))
+
+    async def flush(self, conversation_id: str, timeout: float = 60.0) -> None:
+        """Wait until the conversation's backlog is indexed (FlushTimeoutError after timeout)."""
+        deadline = time.monotonic() + timeout
+        while (await self._send(_Requests.status(conversation_id)))["backlog"]:
+            if time.monotonic() >= deadline:
+                raise FlushTimeoutError(
+                    f"conversation {conversation_id!r} still indexing after {timeout:g}s"
+                )
+            await asyncio.sleep(0.05)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
