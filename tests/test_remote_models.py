@@ -1,0 +1,79 @@
+"""A hosted embedding model by spec, the same everywhere: library, serve and worker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from convmem import EmbedderError, Memory
+from convmem.embed import resolve_embedder
+from helpers import make_turns, served
+from openai_fake import Script, openai_server
+
+
+def test_openai_specs_resolve_with_url_dimensions_and_the_key_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = Script()
+    monkeypatch.setenv("CONVMEM_EMBEDDER_KEY", "sk-env")
+    with openai_server(script) as url:
+        embedder = resolve_embedder(f"openai:text-embedding-3-small?base_url={url}&dimensions=32")
+        assert embedder.model_id == "openai:text-embedding-3-small"
+        assert embedder.embed(["护照"]).shape == (1, 32)
+    assert script.requests[-1]["dimensions"] == 32
+    for bad in (
+        "openai:",
+        "openai:m?temperature=1",
+        "openai:m?base_url=ftp://x",
+        "openai:m?dimensions=a",
+    ):
+        with pytest.raises(EmbedderError, match="openai:"):
+            resolve_embedder(bad)
+
+
+@pytest.mark.slow
+def test_serve_and_worker_index_through_a_hosted_embedding_model(tmp_path: Path) -> None:
+    with openai_server(Script()) as url:
+        spec = f"openai:remote-embed?base_url={url}"
+        options = ("--no-auth", "--store", str(tmp_path / "s.db"), "--embedder", spec)
+        with served(*options) as base:
+            turns = make_turns(["我护照是2025年2月18日过期的。", "好的。"])
+            assert (
+                httpx.post(f"{base}/v1/conversations/c/turns", json={"turns": turns}).status_code
+                == 202
+            )
+            deadline = time.monotonic() + 60
+            while httpx.get(f"{base}/v1/conversations/c/status").json()["backlog"]:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            hits = httpx.post(f"{base}/v1/search", json={"query_text": "护照"}).json()["hits"]
+            assert hits and "2025年2月18日" in hits[0]["text"]
+        # a separate worker process indexes another store's backlog with the same spec
+        store = str(tmp_path / "w.db")
+        with Memory.open(store, embedder=resolve_embedder(spec), workers=0) as memory:
+            memory.add_turns("c", make_turns(["我的车停在B区17号。", "记下了。"]))
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "convmem",
+                "worker",
+                "--once",
+                "--store",
+                store,
+                "--embedder",
+                spec,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        with Memory.open(store, embedder=resolve_embedder(spec), workers=0) as memory:
+            stats = memory.stats()
+            assert stats["backlog"] == 0 and stats["chunks"] >= 1
+            assert stats["embedding_model"] == "openai:remote-embed"
