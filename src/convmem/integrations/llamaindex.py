@@ -1,0 +1,58 @@
+"""A LlamaIndex retriever over convmem (``pip install 'convmem[llamaindex]'``).
+
+>>> retriever = ConvmemRetriever(memory=memory, conversation_id="trip", k=4)  # doctest: +SKIP
+>>> retriever.retrieve("护照哪天到期")                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.retrievers import BaseRetriever
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from convmem.memory import Memory
+
+__all__ = ["ConvmemRetriever"]
+
+
+class ConvmemRetriever(BaseRetriever):
+    """Relevant memory as ``NodeWithScore``s (node id = chunk id, metadata kept)."""
+
+    def __init__(
+        self,
+        *,
+        memory: Memory,
+        conversation_id: str | None = None,
+        k: int = 6,
+        filters: dict[str, Any] | None = None,
+        granularity: str = "chunk",
+    ) -> None:
+        super().__init__()
+        self.memory = memory
+        self.conversation_id = conversation_id
+        self.k = k
+        self.filters = filters
+        self.granularity = granularity
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        filters = dict(self.filters or {})
+        if self.conversation_id is not None:
+            filters["conversation_id"] = self.conversation_id
+        hits = self.memory.search(
+            query_bundle.query_str,
+            top_k=self.k,
+            filters=filters or None,
+            granularity=self.granularity,
+        )
+        return [
+            NodeWithScore(
+                node=TextNode(
+                    id_=hit.chunk_id,
+                    text=hit.text,
+                    metadata={**hit.metadata, "tier": hit.tier, "pending": hit.pending},
+                ),
+                score=hit.score,
+            )
+            for hit in hits
+        ]

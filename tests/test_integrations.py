@@ -1,0 +1,79 @@
+"""Framework adapters against the frameworks' real classes, and the asyncio face."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from convmem import Memory
+from convmem.aio import AsyncMemory
+from helpers import make_turns
+
+FACTS = ["我护照是2025年2月18日过期的。", "了解，我记下了。"]
+OTHER = ["我的车停在B区17号。", "好的。"]
+
+
+def _extra(module: str) -> None:
+    """Skip without the extra, with the reason; CI installs every extra, so there it fails."""
+    try:
+        __import__(module)
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"{module} is not installed (pip install -e '.[langchain,llamaindex]')")
+
+
+def _filled(memory: Memory) -> Memory:
+    memory.add_turns("trip", make_turns(FACTS))
+    memory.add_turns("car", make_turns(OTHER))
+    memory.flush()
+    return memory
+
+
+def test_langchain_retriever_returns_documents_of_one_conversation(memory: Memory) -> None:
+    _extra("langchain_core")
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+
+    from convmem.integrations.langchain import ConvmemRetriever
+
+    retriever = ConvmemRetriever(memory=_filled(memory), conversation_id="trip", k=3)
+    assert isinstance(retriever, BaseRetriever)
+    documents = retriever.invoke("护照哪天过期")
+    assert documents and all(isinstance(d, Document) for d in documents)
+    assert "2025年2月18日" in documents[0].page_content
+    assert {d.metadata["conversation_id"] for d in documents} == {"trip"}
+    assert (
+        documents[0].metadata["chunk_id"].startswith("chk_") and documents[0].metadata["score"] > 0
+    )
+    again = asyncio.run(retriever.ainvoke("护照哪天过期"))
+    assert [d.page_content for d in again] == [d.page_content for d in documents]
+
+
+def test_llamaindex_retriever_returns_scored_nodes(memory: Memory) -> None:
+    _extra("llama_index.core")
+    from llama_index.core.schema import NodeWithScore
+
+    from convmem.integrations.llamaindex import ConvmemRetriever
+
+    retriever = ConvmemRetriever(memory=_filled(memory), conversation_id="car", k=2)
+    nodes = retriever.retrieve("车停在哪")
+    assert nodes and all(isinstance(n, NodeWithScore) for n in nodes)
+    assert "B区17号" in nodes[0].node.get_content() and nodes[0].score is not None
+    assert nodes[0].node.metadata["conversation_id"] == "car"
+
+
+def test_async_memory_offloads_the_same_methods(memory: Memory) -> None:
+    async def run() -> list[str]:
+        facade = AsyncMemory(memory)
+        await facade.add_turns("trip", make_turns(FACTS))
+        await facade.flush()
+        hits = await facade.search("护照", top_k=2)
+        return [hit.text for hit in hits]
+
+    texts = asyncio.run(run())
+    assert texts and "2025年2月18日" in texts[0]
+    with pytest.raises(AttributeError, match="sync"):
+        AsyncMemory(memory).close  # noqa: B018 (the attribute access is the test)
