@@ -77,3 +77,35 @@ def test_async_memory_offloads_the_same_methods(memory: Memory) -> None:
     assert texts and "2025年2月18日" in texts[0]
     with pytest.raises(AttributeError, match="sync"):
         AsyncMemory(memory).close  # noqa: B018 (the attribute access is the test)
+
+
+def test_langgraph_store_round_trips_searches_and_forgets(memory: Memory) -> None:
+    _extra("langgraph")
+    from langgraph.store.base import BaseStore
+
+    from convmem.integrations.langgraph import ConvmemStore
+
+    store = ConvmemStore(memory)
+    assert isinstance(store, BaseStore)
+    value = {"text": "我喜欢靠窗的座位", "kind": "preference", "weight": 2}
+    store.put(("alice", "prefs"), "seat", value)
+    store.put(("alice", "prefs"), "food", {"text": "我不吃香菜", "kind": "diet"})
+    store.put(("bob", "prefs"), "seat", {"text": "我喜欢靠过道的座位", "kind": "preference"})
+    item = store.get(("alice", "prefs"), "seat")
+    assert item is not None and item.value == value and item.key == "seat"
+    assert item.namespace == ("alice", "prefs")
+    first_created = item.created_at
+    store.put(("alice", "prefs"), "seat", {**value, "weight": 3})  # update keeps created_at
+    updated = store.get(("alice", "prefs"), "seat")
+    assert (
+        updated is not None and updated.value["weight"] == 3 and updated.created_at == first_created
+    )
+    hits = store.search(("alice",), query="座位")
+    assert [hit.key for hit in hits][:1] == ["seat"] and hits[0].score is not None
+    assert all(hit.namespace[0] == "alice" for hit in hits)  # bob's tenant never shows
+    listed = store.search(("alice", "prefs"), filter={"kind": "diet"})
+    assert [hit.key for hit in listed] == ["food"]
+    store.delete(("alice", "prefs"), "seat")
+    assert store.get(("alice", "prefs"), "seat") is None
+    assert "seat" not in [hit.key for hit in store.search(("alice",), query="座位")]
+    assert asyncio.run(store.aget(("bob", "prefs"), "seat")) is not None

@@ -368,6 +368,30 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             return UpsertResult(0, 0, [*errors, str(exc)])
         return UpsertResult(inserted, updated, errors)
 
+    def chunks(
+        self,
+        conversation_id: str | None = None,
+        *,
+        chunk_ids: Sequence[str] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[ChunkRecord]:
+        """Caller-made chunks (from :meth:`upsert_chunks`), live and unexpired, oldest first:
+        of one conversation, or those among ``chunk_ids``."""
+        if conversation_id is not None:
+            conversation_id = check_conversation_id(conversation_id)
+        rows = self._engine.store.caller_chunks(
+            self._tenant,
+            conversation_id=conversation_id,
+            chunk_ids=list(chunk_ids) if chunk_ids is not None else None,
+            limit=limit,
+            offset=offset,
+        )
+        return [
+            ChunkRecord.model_validate({"chunk_id": cid, "text": text, "metadata": meta})
+            for cid, text, meta in rows
+        ]
+
     def update(self, chunk: ChunkRecord | Mapping[str, Any]) -> UpsertResult:
         """Overwrite one chunk by its ``chunk_id`` (seed "更新")."""
         return self.upsert_chunks([chunk])

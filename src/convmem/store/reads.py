@@ -60,6 +60,34 @@ class ChunkReads(Backend):
             out[row[0]] = (row[1], row[2], json.loads(row[3]))
         return out
 
+    def caller_chunks(
+        self,
+        tenant: str,
+        *,
+        conversation_id: str | None = None,
+        chunk_ids: Sequence[str] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        """Live, unexpired caller-made chunks (``origin='api'``): ``(chunk_id, text,
+        metadata)``, oldest first, of one conversation and/or among ``chunk_ids``."""
+        sql = (
+            "SELECT chunk_id, text, metadata FROM chunks WHERE tenant=? AND deleted=0 AND "
+            "origin='api' AND (expires_at IS NULL OR expires_at > ?)"
+        )
+        params: list[Any] = [tenant, self.now()]
+        if conversation_id is not None:
+            sql += " AND conversation_id=?"
+            params.append(conversation_id)
+        if chunk_ids is not None:
+            if not chunk_ids:
+                return []
+            sql += f" AND chunk_id IN ({','.join('?' * len(chunk_ids))})"
+            params.extend(chunk_ids)
+        sql += " ORDER BY rowid LIMIT ? OFFSET ?"
+        rows = self._db().execute(sql, [*params, limit, offset]).fetchall()
+        return [(row[0], row[1], json.loads(row[2])) for row in rows]
+
     def latest_change(self) -> int:
         row = self._db().execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
         return int(row[0]) if row else 0
