@@ -61,6 +61,14 @@ def build_server(memory: Memory) -> MCPServer:
         "build a story scene's memory context.",
     )
 
+    _memory_tools(server, memory)
+    _note_and_story_tools(server, memory)
+    return server
+
+
+def _memory_tools(server: MCPServer, memory: Memory) -> None:
+    """remember, recall, forget."""
+
     @server.tool()
     @_tool_errors
     def remember(conversation_id: str, turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,6 +126,10 @@ def build_server(memory: Memory) -> MCPServer:
             "errors": result.errors,
         }
 
+
+def _note_and_story_tools(server: MCPServer, memory: Memory) -> None:
+    """list_notes, confirm_note, scene_context."""
+
     @server.tool()
     @_tool_errors
     def list_notes(
@@ -168,5 +180,3 @@ def build_server(memory: Memory) -> MCPServer:
             top_k=body.top_k,
         )
         return context.model_dump(mode="json")
-
-    return server
