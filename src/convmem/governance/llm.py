@@ -18,7 +18,7 @@ import httpx
 
 from convmem.chat import ChatClient, ChatError
 from convmem.errors import MarkingError
-from convmem.governance.marker import MarkTurn
+from convmem.governance.marker import MarkerBase, MarkTurn
 from convmem.governance.policy import GovernancePolicy, policy_key
 from convmem.governance.schema import (
     CATEGORIES,
@@ -85,7 +85,7 @@ def build_prompt(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-class LLMMarker:
+class LLMMarker(MarkerBase):
     """Marks turns through ``POST {base_url}/chat/completions``.
 
     Raises :class:`~convmem.errors.MarkingError` with ``code`` ``marker_unavailable``
@@ -111,16 +111,10 @@ class LLMMarker:
         self.context_turns = context_turns
         self.name = f"llm:{model}"
 
-    def mark(
-        self,
-        turns: Sequence[MarkTurn],
-        context: Sequence[MarkTurn] = (),
-        policy: GovernancePolicy | None = None,
+    def mark_turns(
+        self, turns: list[MarkTurn], context: list[MarkTurn], policy: GovernancePolicy
     ) -> list[TurnMark]:
-        if not turns:
-            return []
-        policy = policy or GovernancePolicy()
-        messages = build_prompt(turns, list(context)[-self.context_turns :], policy)
+        messages = build_prompt(turns, context[-self.context_turns :], policy)
         try:
             payload = self._chat.json_messages(messages)
         except ChatError as exc:
