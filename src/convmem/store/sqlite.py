@@ -8,7 +8,6 @@ the lexical index ``chunks_fts`` (FTS5 over pre-segmented tokens, rowid = chunk 
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -22,6 +21,7 @@ from convmem.errors import StoreError
 from convmem.store.base import MIGRATIONS, SQLStore, query_terms, select_in
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
+from convmem.text import bm25
 
 __all__ = ["SQLiteStore"]
 
@@ -270,16 +270,9 @@ class SQLiteStore(SQLStore):
                 docs.append((rowid, len(words), counts))
         count = len(rows)
         average = total_length / count
-        idf = {t: math.log(1 + (count - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
-        k1, b = 1.2, 0.75
+        idf = {term: bm25.idf(count, found) for term, found in frequency.items()}
         scored = [
-            (
-                rowid,
-                sum(
-                    terms[t] * idf[t] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average))
-                    for t, tf in counts.items()
-                ),
-            )
+            (rowid, bm25.score(terms, idf, counts, length, average))
             for rowid, length, counts in docs
         ]
         scored.sort(key=lambda item: (-item[1], item[0]))
