@@ -1,9 +1,9 @@
 """Retrieval quality on LoCoMo (dev split) and MADial-Bench (zh, en).
 
-Metric (../shared/eval/README.md): take hits in rank order until they cover k turns;
-recall is the share of a question's evidence turns covered. The last hit may push the
-count past k; the mean number of turns actually returned is printed beside each recall so
-that overflow is visible. Questions without evidence are skipped.
+Metric (../shared/eval/README.md), the exact turn budget: take hits in rank order, each
+hit's turns in its own order (a turn-level hit names one turn), and count turns until
+exactly k are counted, cutting the last hit; recall is the share of a question's evidence
+turns among those k. Questions without evidence are skipped.
 
     python bench/retrieval.py --embedder hashing --out bench/results/retrieval-hashing.json
     python bench/retrieval.py --embedder all-MiniLM-L6-v2 --modes hybrid vector
@@ -38,6 +38,7 @@ BUDGETS = (5, 10, 25)
 VECTOR_WEIGHT: float | None = None
 FUSION = "rrf"
 MAX_TURNS = 4
+GRANULARITY = "chunk"
 
 
 def evidence_ids(raw: list[str]) -> set[str]:
@@ -52,12 +53,17 @@ def evidence_ids(raw: list[str]) -> set[str]:
 
 
 def recall_at(hits_turns: list[list[int]], evidence: set[int], k: int) -> tuple[float, int]:
-    covered: set[int] = set()
+    """Exact turn budget (../shared/eval/README.md): hits in rank order, each hit's turns in
+    its own order, counted until exactly k turns; the last hit is cut, never let overshoot.
+    A turn already counted (overlapping chunks) is not counted twice."""
+    counted: list[int] = []
     for turns in hits_turns:
-        if len(covered) >= k:
-            break
-        covered.update(turns)
-    return len(evidence & covered) / len(evidence), len(covered)
+        for turn in turns:
+            if len(counted) == k:
+                break
+            if turn not in counted:
+                counted.append(turn)
+    return len(evidence & set(counted)) / len(evidence), len(counted)
 
 
 def run_locomo(
@@ -117,6 +123,7 @@ def run_locomo(
                         filters={"conversation_id": conversation_id},
                         query_vector=query_vector,
                         mode=mode,
+                        granularity=GRANULARITY,
                     )
                     latencies.append(time.perf_counter() - started)
                     # the turns a chunk holds: its kept turns, not every turn of its range
@@ -248,9 +255,9 @@ def run_madial(
                     mode=mode,
                 )
                 latencies.append(time.perf_counter() - started)
-                ranked = [h.metadata["turn_range"][0] for h in hits]
+                ranked = [[h.metadata["turn_range"][0]] for h in hits]  # one memory each
                 for k in recalls:
-                    recalls[k].append(len(relevant & set(ranked[:k])) / len(relevant))
+                    recalls[k].append(recall_at(ranked, relevant, k)[0])
             results[f"{mode}/{view}" if view else mode] = {
                 "dialogues": len(recalls[5]),
                 **{f"R@{k}": round(statistics.mean(v), 4) for k, v in recalls.items()},
@@ -277,6 +284,12 @@ def main() -> int:
     parser.add_argument("--fusion", choices=["rrf", "convex"], default="rrf")
     parser.add_argument("--max-turns", type=int, default=4, help="turns per LoCoMo chunk")
     parser.add_argument(
+        "--granularity",
+        choices=["chunk", "turn"],
+        default="chunk",
+        help="LoCoMo hits: whole chunks, or evidence turns with their chunk as context",
+    )
+    parser.add_argument(
         "--marker",
         choices=["rules", "keep-all"],
         default="rules",
@@ -284,10 +297,11 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    global VECTOR_WEIGHT, MAX_TURNS, FUSION
+    global VECTOR_WEIGHT, MAX_TURNS, FUSION, GRANULARITY
     VECTOR_WEIGHT = args.vector_weight
     FUSION = args.fusion
     MAX_TURNS = args.max_turns
+    GRANULARITY = args.granularity
     if not DATA.is_dir():
         print(f"evaluation data not found at {DATA}", file=sys.stderr)
         return 2
