@@ -169,7 +169,7 @@ def test_two_tenants_on_different_nodes_never_see_each_other(url: str) -> None:
         for tenant, text in texts.items():
             view = memory.for_tenant(tenant)
             other = second if tenant == first else first
-            hits = view.search("notes " + texts[other], top_k=10)
+            hits = view.search("notes " + texts[other], top_k=10, granularity="chunk", min_score=0)
             assert hits, f"{tenant} found nothing"
             assert all(text.split()[0] in hit.text for hit in hits)
             assert all(texts[other].split()[0] not in hit.text for hit in hits)

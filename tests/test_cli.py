@@ -123,7 +123,8 @@ def test_ingest_locomo_style_export(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, out, _ = _run(capsys, "--store", store, "search", "support group", "--json")
     hit = json.loads(out)[0]
     assert hit["metadata"]["participants"] == ["Caroline", "Melanie"]
-    assert hit["text"].startswith("[Context: 2023-05-08; Caroline and Melanie")
+    assert "support group" in hit["text"]
+    assert hit["context"].startswith("[Context: 2023-05-08; Caroline and Melanie")
 
 
 @pytest.mark.slow

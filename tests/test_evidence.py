@@ -38,11 +38,17 @@ def test_a_turn_hit_names_its_evidence_turn_and_carries_the_chunk(memory: Memory
     assert len(seqs) == len(set(seqs))
 
 
-def test_chunk_granularity_stays_the_default(memory: Memory) -> None:
+def test_turn_granularity_is_the_default_and_chunks_stay_available(memory: Memory) -> None:
     memory.add_turns("c", make_turns(["我的车停在地下二层B区17号车位。", "好的，已经记下了。"]))
     memory.flush()
     (hit,) = memory.search("车位", top_k=1)
-    assert hit.context is None and hit.text.startswith("[上下文")
+    assert hit.text.endswith("我的车停在地下二层B区17号车位。") and hit.metadata["turn_range"] == [
+        0,
+        0,
+    ]
+    assert hit.context is not None and hit.context.startswith("[上下文")
+    (whole,) = memory.search("车位", top_k=1, granularity="chunk")
+    assert whole.context is None and whole.text == hit.context
     with pytest.raises(InvalidInputError) as caught:
         memory.search("车位", granularity="sentence")
     assert caught.value.field == "granularity"

@@ -108,10 +108,16 @@ class _Requests:
         *,
         mode: str = "hybrid",
         hints: Mapping[str, Any] | None = None,
+        granularity: str | None = None,
+        min_score: float | None = None,
     ) -> _Call:
         body = {"query_text": query_text, "top_k": top_k, "filters": filters, "mode": mode}
         if hints is not None:
             body["hints"] = hints
+        if granularity is not None:
+            body["granularity"] = granularity
+        if min_score is not None:
+            body["min_score"] = min_score
         return _Call(
             "POST",
             "/v1/search",

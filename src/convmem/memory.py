@@ -31,6 +31,7 @@ from convmem.ids import (
 from convmem.ingest import ChunkingPolicy
 from convmem.models import MAX_SEQ, AddTurnsReceipt, ChunkRecord, FlushResult, Hit, parse_turns
 from convmem.retrieve import (
+    DEFAULT_MIN_SCORE,
     HierarchicalMemoryService,
     HybridSearcher,
     RetrievalResult,
@@ -242,7 +243,8 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         mode: str = "hybrid",
         candidates: int | None = None,
         hints: Mapping[str, Any] | None = None,
-        granularity: str = "chunk",
+        granularity: str = "turn",
+        min_score: float = DEFAULT_MIN_SCORE,
     ) -> list[Hit]:
         """Hybrid search: vector and BM25 candidates under the filters, fused.
 
@@ -256,9 +258,13 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                 (STM recent turns, MTM chunks, LTM notes); hits carry their tier.
             candidates: candidates taken from each side before fusion (default
                 ``max(50, 5 * top_k)``).
-            granularity: ``"chunk"`` (whole chunks) or ``"turn"``: each dialogue hit names
-                one evidence turn in ``turn_range`` (its line as ``text``) and carries the
-                chunk as ``context``; at most one hit per turn.
+            granularity: ``"turn"`` (default): each dialogue hit names one evidence turn
+                in ``turn_range`` (its line as ``text``) and carries the chunk as
+                ``context``, at most one hit per turn; ``"chunk"``: whole chunks.
+            min_score: a hit's ``score`` is its calibrated relevance in [0, 1] (the same
+                scale for every query; the fused ranking score is ``metadata["rank_score"]``);
+                hits below ``min_score`` are dropped, so a question with nothing relevant in
+                memory returns no hits. Default ``DEFAULT_MIN_SCORE`` (0.3); 0 keeps all.
 
         Raises:
             InvalidInputError / FilterError: empty query, bad ``top_k``, mode or filters.
@@ -280,6 +286,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             mode=mode,
             candidates=candidates,
             granularity=granularity,
+            min_score=min_score,
         )
         return self._engine.searcher.search(request)
 

@@ -196,7 +196,7 @@ def test_every_filter_operator(backend_url: str, filters: dict[str, Any]) -> Non
         assert memory.upsert_chunks(RECORDS).errors == []
         want = expected(RECORDS, filters, memory.tenant)
         assert admitted(memory, filters) == want
-        hits = memory.search("harbor", top_k=20, filters=filters, mode="vector")
+        hits = memory.search("harbor", top_k=20, filters=filters, mode="vector", min_score=0)
         assert {hit.chunk_id for hit in hits} == want
 
 
@@ -260,7 +260,7 @@ def test_delete_by_range_is_final(backend_url: str) -> None:
             assert not any(f"codeword{i}" in text for i in (3, 4, 5))
         assert {t.seq for t in memory.recent_turns("c1", limit=20)} == set(range(12)) - {3, 4, 5}
         for mode in ("vector", "lexical", "hybrid"):
-            hits = memory.search("codeword4", top_k=20, mode=mode)
+            hits = memory.search("codeword4", top_k=20, mode=mode, min_score=0)
             assert not any("codeword4" in hit.text for hit in hits)
         with pytest.raises(TurnConflictError):
             memory.add_turns("c1", make_turns(["other text"], start=4))
@@ -452,11 +452,15 @@ def test_worker_processes_share_the_backlog(backend_url: str, tmp_path: Any) -> 
             for c in range(15):
                 ours = {
                     h.chunk_id: h.text
-                    for h in memory.search("topic3", top_k=50, filters={"conversation_id": f"c{c}"})
+                    for h in memory.search(
+                        "topic3", top_k=50, filters={"conversation_id": f"c{c}"}, min_score=0
+                    )
                 }
                 theirs = {
                     h.chunk_id: h.text
-                    for h in single.search("topic3", top_k=50, filters={"conversation_id": f"c{c}"})
+                    for h in single.search(
+                        "topic3", top_k=50, filters={"conversation_id": f"c{c}"}, min_score=0
+                    )
                 }
                 assert ours == theirs
 
@@ -584,11 +588,14 @@ def test_generated_records_and_filters_agree(
         assert memory.upsert_chunks(data).errors == []
         want = expected(data, spec, tenant)
         assert admitted(memory, spec) == want
-        hits = memory.search("harbor", top_k=20, filters=spec, mode="vector")
+        hits = memory.search("harbor", top_k=20, filters=spec, mode="vector", min_score=0)
         assert {hit.chunk_id for hit in hits} == want
     lite, server = (m.for_tenant(tenant) for m in both)
     lexical = [
-        [h.chunk_id for h in m.search("harbor 港口", top_k=20, filters=spec, mode="lexical")]
+        [
+            h.chunk_id
+            for h in m.search("harbor 港口", top_k=20, filters=spec, mode="lexical", min_score=0)
+        ]
         for m in (lite, server)
     ]
     assert set(lexical[0]) == set(lexical[1])
@@ -616,7 +623,9 @@ def test_the_write_path_gives_the_same_memory_on_both(tmp_path: Any) -> None:
             with opened(url, marker=RuleMarker()) as memory:
                 memory.add_turns("c1", make_turns(texts))
                 memory.flush()
-                chunks = {h.chunk_id: h.text for h in memory.search("青霉素 杭州", top_k=20)}
+                chunks = {
+                    h.chunk_id: h.text for h in memory.search("青霉素 杭州", top_k=20, min_score=0)
+                }
                 marks = [(m.seq, m.mark.keep, m.mark.category) for m in memory.marks("c1")]
                 notes = sorted((n.note_id, n.text, n.status) for n in memory.notes())
                 views.append((chunks, marks, notes))

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from convmem import Memory
 
 __all__ = [
+    "bounded_float",
     "bounded_int",
     "drain_index",
     "open_memory",
@@ -96,6 +97,22 @@ def drain_index(memory: Memory, args: argparse.Namespace, *, timeout: float) -> 
                         f"{left} index jobs still pending after {timeout:g}s ({failed} "
                         "failed); raise --timeout, or run 'convmem jobs --status failed'"
                     ) from None
+
+
+def bounded_float(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number in ``[low, high]``, else a usage error naming the range."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
 
 
 def bounded_int(low: int, high: int = 2**31 - 1) -> Callable[[str], int]:

@@ -7,6 +7,7 @@ from convmem.embed.base import (
     Vectors,
     embed_documents,
     embed_query,
+    embeds_turns,
     fusion_weight,
     normalise_rows,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "Vectors",
     "embed_documents",
     "embed_query",
+    "embeds_turns",
     "find_cached_model",
     "fusion_weight",
     "normalise_rows",

@@ -13,6 +13,10 @@ The best weight also depends on the fusion method (rank-based rrf or score-based
 an embedder may add ``fusion_weights``, a mapping from fusion name to weight. Read the weight
 with ``fusion_weight(embedder, fusion)``: the mapping's entry for that fusion, else
 ``fusion_weight``, else the default.
+
+``embeds_turns`` (default False) says the model is cheap enough to embed a query's
+candidate turns at search time (a few ms for ~100 short lines on one core): turn-level
+evidence then fuses each turn's own vector similarity, not only its chunk's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ __all__ = [
     "Vectors",
     "embed_documents",
     "embed_query",
+    "embeds_turns",
     "fusion_weight",
     "normalise_rows",
 ]
@@ -99,6 +104,11 @@ def fusion_weight(embedder: object, fusion: str | None = None) -> float:
                 return found
     found = _weight(getattr(embedder, "fusion_weight", None))
     return found if found is not None else DEFAULT_FUSION_WEIGHT
+
+
+def embeds_turns(embedder: object) -> bool:
+    """Whether search may embed candidate turns with this model (see the module doc)."""
+    return getattr(embedder, "embeds_turns", False) is True
 
 
 def normalise_rows(matrix: npt.ArrayLike) -> Vectors:

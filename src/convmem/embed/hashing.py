@@ -48,6 +48,8 @@ class HashingEmbedder:
 
     # Its vectors mostly repeat the lexical signal, so hybrid fusion gives them little weight.
     fusion_weight = 0.15
+    # Hashing a line costs microseconds: search may embed candidate turns.
+    embeds_turns = True
 
     def __init__(self, dimension: int = 512) -> None:
         if dimension < 8:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from convmem.embed.base import Embedder, Vectors, embed_query, fusion_weight
+from convmem.embed.base import Embedder, Vectors, embed_query, embeds_turns, fusion_weight
 from convmem.errors import EmbedderError
 from convmem.metrics import Histogram
 
@@ -61,6 +61,11 @@ class EmbeddingService:
     def fusion_weight(self) -> float:
         """The vector weight rrf hybrid fusion should use with this model (see embed.base)."""
         return fusion_weight(self.embedder)
+
+    @property
+    def embeds_turns(self) -> bool:
+        """Whether search may embed a query's candidate turns with this model."""
+        return embeds_turns(self.embedder)
 
     def fusion_weight_for(self, fusion: str) -> float:
         """The vector weight for a fusion method ("rrf", "convex") with this model."""

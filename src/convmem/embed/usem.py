@@ -52,6 +52,8 @@ class UsemEmbedder:
     DIMENSION = 512
     DEFAULT_FUSION_WEIGHT = 0.3
     CONVEX_FUSION_WEIGHT = 0.7
+    # ~100 short lines embed in a few ms on one thread: search may embed candidate turns.
+    embeds_turns = True
 
     def __init__(self, *, threads: int | None = None, fusion_weight: float | None = None) -> None:
         try:

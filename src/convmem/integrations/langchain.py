@@ -18,6 +18,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
 from convmem.memory import Memory
+from convmem.retrieve import DEFAULT_MIN_SCORE
 
 __all__ = ["ConvmemRetriever"]
 
@@ -32,14 +33,19 @@ class ConvmemRetriever(BaseRetriever):
     conversation_id: str | None = None
     k: int = 6
     filters: dict[str, Any] | None = None
-    granularity: str = "chunk"
+    granularity: str = "turn"
+    min_score: float = DEFAULT_MIN_SCORE
 
     def _search(self, query: str) -> list[Document]:
         filters = dict(self.filters or {})
         if self.conversation_id is not None:
             filters["conversation_id"] = self.conversation_id
         hits = self.memory.search(
-            query, top_k=self.k, filters=filters or None, granularity=self.granularity
+            query,
+            top_k=self.k,
+            filters=filters or None,
+            granularity=self.granularity,
+            min_score=self.min_score,
         )
         return [
             Document(

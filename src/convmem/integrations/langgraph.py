@@ -146,7 +146,9 @@ class ConvmemStore(BaseStore):
         wanted = op.limit + op.offset
         if op.query:
             scope = {"conversation_id": conversation} if len(prefix) > 1 else None
-            hits = memory.search(op.query, top_k=min(1000, wanted * 4 + 20), filters=scope)
+            hits = memory.search(
+                op.query, top_k=min(1000, wanted * 4 + 20), filters=scope, min_score=0.0
+            )
             found = [
                 _item(
                     ChunkRecord.model_validate(

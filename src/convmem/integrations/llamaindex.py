@@ -12,8 +12,17 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from convmem.memory import Memory
+from convmem.models import Hit
+from convmem.retrieve import DEFAULT_MIN_SCORE
 
 __all__ = ["ConvmemRetriever"]
+
+
+def _node_id(hit: Hit) -> str:
+    """A node id per hit: a turn-level hit is one turn of its chunk."""
+    if hit.metadata.get("granularity") == "turn":
+        return f"{hit.chunk_id}#turn{hit.metadata['turn_range'][0]}"
+    return hit.chunk_id
 
 
 class ConvmemRetriever(BaseRetriever):
@@ -26,7 +35,8 @@ class ConvmemRetriever(BaseRetriever):
         conversation_id: str | None = None,
         k: int = 6,
         filters: dict[str, Any] | None = None,
-        granularity: str = "chunk",
+        granularity: str = "turn",
+        min_score: float = DEFAULT_MIN_SCORE,
     ) -> None:
         super().__init__()
         self.memory = memory
@@ -34,6 +44,7 @@ class ConvmemRetriever(BaseRetriever):
         self.k = k
         self.filters = filters
         self.granularity = granularity
+        self.min_score = min_score
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         filters = dict(self.filters or {})
@@ -44,11 +55,12 @@ class ConvmemRetriever(BaseRetriever):
             top_k=self.k,
             filters=filters or None,
             granularity=self.granularity,
+            min_score=self.min_score,
         )
         return [
             NodeWithScore(
                 node=TextNode(
-                    id_=hit.chunk_id,
+                    id_=_node_id(hit),
                     text=hit.text,
                     metadata={**hit.metadata, "tier": hit.tier, "pending": hit.pending},
                 ),

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from convmem.errors import ConvmemError, InvalidInputError
 from convmem.memory import Memory
+from convmem.retrieve import DEFAULT_MIN_SCORE
 from convmem.server.schemas import DeleteIn, SceneIn, SearchIn, TurnsIn
 from convmem.story import build_scene_memory_context
 
@@ -84,11 +85,24 @@ def _memory_tools(server: MCPServer, memory: Memory) -> None:
         filters: dict[str, Any] | None = None,
         hints: dict[str, Any] | None = None,
         mode: str = "hybrid",
+        min_score: float = DEFAULT_MIN_SCORE,
     ) -> dict[str, Any]:
-        """Search memory: hits with score, text and metadata; deleted memory never returns."""
+        """Search memory: hits with score, text and metadata; deleted memory never returns.
+
+        Each hit is one evidence turn (its chunk in ``context``); ``score`` is calibrated
+        (0-1, the same scale for every query) and hits under ``min_score`` are dropped, so
+        an empty list means nothing relevant is remembered.
+        """
         body = _parse(
             SearchIn,
-            {"query_text": query, "top_k": top_k, "filters": filters, "hints": hints, "mode": mode},
+            {
+                "query_text": query,
+                "top_k": top_k,
+                "filters": filters,
+                "hints": hints,
+                "mode": mode,
+                "min_score": min_score,
+            },
         )
         if body.hints is not None:
             hints_used = body.hints.model_dump(mode="json", exclude_unset=True)
@@ -97,7 +111,12 @@ def _memory_tools(server: MCPServer, memory: Memory) -> None:
             )
             return result.as_dict()
         hits = memory.search(
-            body.query_text, top_k=body.top_k, filters=body.filters, mode=body.mode
+            body.query_text,
+            top_k=body.top_k,
+            filters=body.filters,
+            mode=body.mode,
+            granularity=body.granularity,
+            min_score=body.min_score,
         )
         return {"hits": [hit.model_dump(mode="json") for hit in hits], "hints": None}
 

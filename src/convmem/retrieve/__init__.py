@@ -8,6 +8,7 @@ query, vector and hints to the one ``HierarchicalMemoryService``, which decides 
 to read. Nothing here imports the ``Memory`` facade.
 """
 
+from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
 from convmem.retrieve.hierarchy import (
     HierarchicalMemoryService,
     RetrievalResult,
@@ -29,6 +30,7 @@ from convmem.retrieve.searcher import HybridSearcher
 __all__ = [
     "ACTIONS",
     "DEFAULT_KEYWORD_RULES",
+    "DEFAULT_MIN_SCORE",
     "MODES",
     "STRATEGIES",
     "HierarchicalMemoryService",

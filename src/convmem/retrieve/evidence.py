@@ -2,28 +2,42 @@
 
 A dialogue chunk holds a few turns; spending a turn budget on a whole chunk spends it on
 the fact's neighbours. Each candidate chunk is split into its turns (the worker records
-where each turn's line sits in the text), every turn is scored by its chunk's fused score
-plus a share of its own BM25 against the query (:mod:`convmem.text.bm25`, statistics from
-the candidates), each turn is kept once (overlapping chunks hold some turns twice) and at
-most ``per_chunk`` turns of one chunk come before every other chunk's best turns. Chunks
-without turn positions (caller-made chunks, story chunks, archives of single memories)
-stay whole.
+where each turn's line sits in the text) and the two levels are fused, not switched
+between: a turn's score is its chunk's fused score plus its own lexical match against the
+question (:mod:`convmem.text.bm25`, statistics from the candidates) plus, when the
+embedder is cheap enough to embed the candidate turns at query time, its own vector
+similarity. Each turn is kept once (overlapping chunks hold some turns twice) and at most
+``per_chunk`` turns of one chunk come before every other chunk's best turns. Chunks without
+turn positions (caller-made chunks, story chunks, archives of single memories) stay whole.
+
+Every hit also gets its evidence features (:class:`Evidence`): how much of the question's
+weight its own text holds, and its vector similarity; :mod:`convmem.retrieve.calibration`
+turns them into a relevance that means the same across queries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from convmem.models import Hit
+from convmem.retrieve.fusion import turns_of
 from convmem.text import bm25, tokenize
 
-__all__ = ["PER_CHUNK", "TURN_WEIGHT", "turn_hits"]
+__all__ = ["PER_CHUNK", "TURN_WEIGHT", "Evidence", "chunk_evidence", "coverage", "turn_hits"]
 
 # The weight of a turn's own lexical match against its chunk's fused score. On LoCoMo dev
 # (hashing, exact turn budget) 0.02-0.15 all give R@5 .64 against whole chunks' .60.
 TURN_WEIGHT = 0.1
+# The weight of a turn's own vector similarity (min-max over the candidate turns), times the
+# model's fusion weight.
+TURN_VECTOR_WEIGHT = 0.25
+# Only the turns of this many best chunks are embedded at query time (the rest keep their
+# chunk's similarity): it bounds the work per query.
+TURN_VECTOR_CHUNKS = 10
 # Turns of one chunk ranked before the best turns of the chunks after it.
 PER_CHUNK = 3
 QUERY_TERMS = 64
@@ -31,6 +45,20 @@ QUERY_TERMS = 64
 # its own lexical match counts this much.
 QUESTION_SHARE = 0.5
 QUESTION_ENDS = ("?", "？", "吗", "呢", "吗？", "呢？")
+
+Embed = Callable[[Sequence[str]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a hit's own text shows for the question: ``coverage`` is the share of the
+    question's weight (idf x query weight over the candidates) its text holds, in [0, 1];
+    ``context`` the same for its whole chunk; ``similarity`` the cosine of its vector (or
+    its chunk's) with the question's, or None when the search had no vector side."""
+
+    coverage: float
+    similarity: float | None
+    context: float = 0.0  # the coverage of the hit's whole chunk
 
 
 @dataclass(frozen=True)
@@ -69,10 +97,65 @@ def _asks(unit: _Unit) -> bool:
     return unit.seq is not None and _spoken(unit).rstrip().endswith(QUESTION_ENDS)
 
 
-def _turn_hit(unit: _Unit, score: float) -> Hit:
+def coverage(
+    weights: Mapping[str, float], idfs: Mapping[str, float], tokens: Sequence[str]
+) -> float:
+    """The share of the question's weight that a text holds, in [0, 1]."""
+    total = sum(weights[term] * idfs[term] for term in weights)
+    if total <= 0:
+        return 0.0
+    held = set(tokens)
+    return sum(weights[term] * idfs[term] for term in weights if term in held) / total
+
+
+def idf_table(weights: Mapping[str, float], documents: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Each query term's idf over ``documents`` (the candidates)."""
+    counts = dict.fromkeys(weights, 0)
+    for document in documents:
+        for term in set(document) & counts.keys():
+            counts[term] += 1
+    return {term: bm25.idf(len(documents), count) for term, count in counts.items()}
+
+
+def _features(evidence: Evidence) -> dict[str, float]:
+    features = {"coverage": round(evidence.coverage, 4), "context": round(evidence.context, 4)}
+    if evidence.similarity is not None:
+        features["similarity"] = round(evidence.similarity, 4)
+    return features
+
+
+def chunk_evidence(hits: Sequence[Hit], query: str, similarity: Mapping[str, float]) -> list[Hit]:
+    """Whole-chunk hits with their evidence features in ``metadata["evidence"]``; a chunk the
+    vector side did not return gets the lowest similarity it returned (an upper bound)."""
+    weights = bm25.query_weights(tokenize(query), QUERY_TERMS)
+    documents = [tokenize(hit.text) for hit in hits]
+    idfs = idf_table(weights, documents)
+    floor = min(similarity.values()) if similarity else None
+    return [
+        hit.model_copy(
+            update={
+                "metadata": {
+                    **hit.metadata,
+                    "evidence": _features(
+                        Evidence(
+                            coverage(weights, idfs, tokens),
+                            similarity.get(hit.chunk_id, floor),
+                            coverage(weights, idfs, tokens),
+                        )
+                    ),
+                }
+            }
+        )
+        for hit, tokens in zip(hits, documents, strict=True)
+    ]
+
+
+def _turn_hit(unit: _Unit, score: float, evidence: Evidence) -> Hit:
     hit = unit.hit
+    features = _features(evidence)
     if unit.seq is None:
-        return hit.model_copy(update={"score": round(score, 6)})
+        whole = {**hit.metadata, "evidence": features}
+        return hit.model_copy(update={"score": round(score, 6), "metadata": whole})
     metadata: dict[str, Any] = {
         key: value for key, value in hit.metadata.items() if key != "turn_offsets"
     }
@@ -83,6 +166,7 @@ def _turn_hit(unit: _Unit, score: float) -> Hit:
             "evidence_turns": [unit.seq],
             "chunk_turn_range": hit.metadata.get("turn_range"),
             "granularity": "turn",
+            "evidence": features,
         }
     )
     return hit.model_copy(
@@ -95,39 +179,109 @@ def _turn_hit(unit: _Unit, score: float) -> Hit:
     )
 
 
+def _similarities(
+    units: Sequence[_Unit],
+    query_vector: np.ndarray | None,
+    embed: Embed | None,
+    chunk_similarity: Mapping[str, float],
+) -> list[float | None]:
+    """Each unit's cosine with the question: its own vector when ``embed`` is given (the
+    turns embedded now), else its chunk's similarity from the vector side."""
+    if query_vector is None:
+        return [None] * len(units)
+    found: list[float | None] = [chunk_similarity.get(unit.hit.chunk_id) for unit in units]
+    lines = [
+        i for i, unit in enumerate(units) if unit.seq is not None and unit.rank < TURN_VECTOR_CHUNKS
+    ]
+    if embed is not None and lines:
+        vectors = embed([_spoken(units[i]) for i in lines])
+        for i, value in zip(lines, vectors @ query_vector, strict=True):
+            found[i] = float(value)
+    return found
+
+
+def _answered(units: Sequence[_Unit], values: Sequence[float]) -> list[float]:
+    """A turn that asks keeps ``QUESTION_SHARE`` of its match and hands the same share to
+    the next line of its chunk, the answer: a question echoes the words of a later question
+    about the same thing, its answer holds what was asked for."""
+    out = list(values)
+    for i, unit in enumerate(units):
+        if not _asks(unit):
+            continue
+        out[i] = values[i] * QUESTION_SHARE
+        following = units[i + 1] if i + 1 < len(units) else None
+        if following is not None and following.hit is unit.hit and following.seq is not None:
+            out[i + 1] += values[i] * QUESTION_SHARE
+    return out
+
+
 def turn_hits(
     hits: Sequence[Hit],
     query: str,
     top_k: int,
     *,
+    query_vector: np.ndarray | None = None,
+    embed: Embed | None = None,
+    chunk_similarity: Mapping[str, float] | None = None,
+    vector_weight: float = 0.0,
     weight: float = TURN_WEIGHT,
     per_chunk: int = PER_CHUNK,
 ) -> list[Hit]:
-    """Turn-level hits from chunk hits (best first): at most one hit per turn."""
+    """Turn-level hits from chunk hits (best first): at most one hit per turn.
+
+    ``embed`` embeds the candidate turns (passage side) when the model is cheap enough to
+    do it per query; ``vector_weight`` is the model's fusion weight.
+    """
     units = _units(hits)
     if not units:
         return []
     weights = bm25.query_weights(tokenize(query), QUERY_TERMS)
-    lexical = bm25.rank(weights, [tokenize(_spoken(unit)) for unit in units])
+    documents = [tokenize(_spoken(unit)) for unit in units]
+    lexical = bm25.rank(weights, documents)
+    # coverage reads each line with its speaker label, and its whole chunk
+    labelled = [tokenize(unit.text) for unit in units]
+    idfs = idf_table(weights, labelled)
+    context = {
+        unit.hit.chunk_id: coverage(weights, idfs, tokenize(unit.hit.text)) for unit in units
+    }
+    similarity = _similarities(units, query_vector, embed, chunk_similarity or {})
+    own = [value for value in similarity if value is not None]
+    low, span = (min(own), max(own) - min(own)) if own else (0.0, 0.0)
+    vectors = [
+        (cosine - low) / span if span > 0 and cosine is not None else 0.0 for cosine in similarity
+    ]
+    lexical = _answered(units, lexical)
+    vectors = _answered(units, vectors)
     top = max(lexical) or 1.0
-    best: dict[tuple[str, int | str], tuple[float, _Unit]] = {}
-    for unit, match in zip(units, lexical, strict=True):
-        if _asks(unit):
-            match *= QUESTION_SHARE
-        score = (unit.hit.score + weight * match / top) / (1.0 + weight)
+    share = vector_weight * TURN_VECTOR_WEIGHT if own else 0.0
+    best: dict[tuple[str, int | str], tuple[float, _Unit, Evidence]] = {}
+    for unit, match, tokens, cosine, vector_part in zip(
+        units, lexical, labelled, similarity, vectors, strict=True
+    ):
+        score = (unit.hit.score + weight * match / top + share * vector_part) / (
+            1.0 + weight + share
+        )
         key = (
             (str(unit.hit.metadata.get("conversation_id")), unit.seq)
             if unit.seq is not None
             else ("", unit.hit.chunk_id)
         )
         if key not in best or score > best[key][0]:
-            best[key] = (score, unit)
+            found = Evidence(coverage(weights, idfs, tokens), cosine, context[unit.hit.chunk_id])
+            best[key] = (score, unit, found)
     ranked = sorted(best.values(), key=lambda item: (-item[0], item[1].rank))
     taken: dict[str, int] = {}
+    covered: dict[str, set[int]] = {}
     first: list[Hit] = []
     later: list[Hit] = []
-    for score, unit in ranked:
+    for score, unit, evidence in ranked:
         count = taken.get(unit.hit.chunk_id, 0)
         taken[unit.hit.chunk_id] = count + 1
-        (first if count < per_chunk else later).append(_turn_hit(unit, score))
+        seen = covered.setdefault(str(unit.hit.metadata.get("conversation_id")), set())
+        seqs = {unit.seq} if unit.seq is not None else turns_of(unit.hit.metadata) or set()
+        # a whole chunk mostly inside what ranked above it is not repeated (as diverse())
+        repeated = unit.seq is None and seqs and len(seqs & seen) * 3 >= len(seqs) * 2
+        seen.update(seqs)
+        wait = count >= per_chunk or repeated
+        (later if wait else first).append(_turn_hit(unit, score, evidence))
     return (first + later)[:top_k]

@@ -31,6 +31,9 @@ class SearchRequest:
         granularity: ``"chunk"`` (default): whole chunks; ``"turn"``: a dialogue hit names
             its evidence turn in ``turn_range`` and carries its chunk as ``context``
             (small-to-big, :mod:`convmem.retrieve.evidence`).
+        min_score: None (default): hits keep their fused ranking score; a number: each
+            hit's score is its calibrated relevance (:mod:`convmem.retrieve.calibration`)
+            and hits below the number are dropped (0 keeps every hit).
     """
 
     tenant: str
@@ -41,6 +44,7 @@ class SearchRequest:
     mode: str = "hybrid"
     candidates: int | None = None
     granularity: str = "chunk"
+    min_score: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.query_text, str) or not self.query_text.strip():
@@ -56,6 +60,14 @@ class SearchRequest:
             raise InvalidInputError(
                 f"granularity must be 'turn' or 'chunk', got {self.granularity!r}",
                 field="granularity",
+            )
+        score = self.min_score
+        if score is not None and (
+            isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1
+        ):
+            raise InvalidInputError(
+                f"min_score must be a number in 0..1, got {score!r}; 0 keeps every hit",
+                field="min_score",
             )
         if self.mode not in MODES:
             raise InvalidInputError(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -20,7 +22,8 @@ from convmem.embed import EmbeddingService
 from convmem.errors import EmbedderError, InvalidInputError
 from convmem.metrics import Counter, Histogram
 from convmem.models import Hit
-from convmem.retrieve.evidence import turn_hits
+from convmem.retrieve.calibration import Calibration, calibrate, calibration_for
+from convmem.retrieve.evidence import chunk_evidence, turn_hits
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse
 from convmem.retrieve.request import SearchRequest
 from convmem.store import SQLStore, parse_filters
@@ -69,6 +72,8 @@ class HybridSearcher:
         self.degraded = Counter("degraded_searches_total")
         self._ann: dict[str, AnnIndex] = {}
         self._ann_lock = threading.Lock()
+        self.turn_vectors = TurnVectors(embedding)
+        self.calibration: Calibration = calibration_for(embedding.model_id)
 
     def search(self, request: SearchRequest) -> list[Hit]:
         """Hits for one request, best first. Raises InvalidInputError / FilterError."""
@@ -103,8 +108,26 @@ class HybridSearcher:
             for rowid, score in chosen
             if rowid in rows
         ]
+        similarity = {
+            rows[rowid][0]: score
+            for rowid, score in (rankings[0][1] if vector is not None and mode != "lexical" else [])
+            if rowid in rows
+        }
+        query = clean_text(request.query_text)
         if turns:
-            hits = turn_hits(hits, clean_text(request.query_text), request.top_k)
+            hits = turn_hits(
+                hits,
+                query,
+                request.top_k,
+                query_vector=vector if mode != "lexical" else None,
+                embed=self.turn_vectors if self.embedding.embeds_turns else None,
+                chunk_similarity=similarity,
+                vector_weight=self.vector_weight if mode == "hybrid" else 1.0,
+            )
+        else:
+            hits = chunk_evidence(hits, query, similarity)
+        if request.min_score is not None:
+            hits = calibrate(hits, self.calibration, request.min_score)
         self.latency.observe(time.perf_counter() - began)
         return hits
 
@@ -169,3 +192,33 @@ class HybridSearcher:
         with self._ann_lock:
             for index in self._ann.values():
                 index.save()
+
+
+class TurnVectors:
+    """The passage vectors of dialogue lines, embedded on demand and kept in a bounded LRU
+    (a conversation asked about again reuses its lines' vectors)."""
+
+    def __init__(self, embedding: EmbeddingService, capacity: int = 8192) -> None:
+        self.embedding = embedding
+        self.capacity = capacity
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, lines: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            missing = list(dict.fromkeys(line for line in lines if line not in self._cache))
+        fresh = self.embedding.embed_array(missing) if missing else None
+        with self._lock:
+            for line, vector in zip(missing, fresh if fresh is not None else [], strict=True):
+                self._cache[line] = vector
+            rows = []
+            for line in lines:
+                vector = self._cache.get(line)
+                if vector is None:  # evicted by a concurrent search in between
+                    vector = self.embedding.embed_array([line])[0]
+                self._cache[line] = vector
+                self._cache.move_to_end(line)
+                rows.append(vector)
+            while len(self._cache) > self.capacity:
+                self._cache.popitem(last=False)
+        return np.stack(rows) if rows else np.zeros((0, self.embedding.dimension), np.float32)

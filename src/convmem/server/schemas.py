@@ -26,6 +26,7 @@ from pydantic import (
 
 from convmem.errors import InvalidInputError
 from convmem.models import MAX_SEQ, ChunkMetadata, ChunkRecord, Hit, JobInfo, Role
+from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
 from convmem.story import CharactersConfig, EntityStateSnapshot, ScenePlan, StoryMemoryChunk
 
 __all__ = [
@@ -155,6 +156,18 @@ class SearchIn(_Strict):
     filters: dict[str, Any] | None = None
     hints: Hints | None = None
     mode: Literal["hybrid", "vector", "lexical"] = "hybrid"
+    granularity: Literal["turn", "chunk"] = Field(
+        default="turn",
+        description="turn: each dialogue hit is one evidence turn with its chunk as context; "
+        "chunk: whole chunks",
+    )
+    min_score: float = Field(
+        default=DEFAULT_MIN_SCORE,
+        ge=0,
+        le=1,
+        description="drop hits whose calibrated score (the same scale for every query) is "
+        "below this; with nothing relevant in memory the search returns no hits. 0 keeps all",
+    )
 
 
 class DeleteIn(_Strict):

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from convmem.cli.common import bounded_int, drain_index, open_memory, print_json, quiet, seconds
+from convmem.cli.common import (
+    bounded_float,
+    bounded_int,
+    drain_index,
+    open_memory,
+    print_json,
+    quiet,
+    seconds,
+)
 from convmem.cli.progress import Progress
 from convmem.errors import InvalidInputError
+from convmem.retrieve import DEFAULT_MIN_SCORE
 
 if TYPE_CHECKING:
     from convmem import Memory
@@ -77,7 +87,19 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.conversation:
         filters["conversation_id"] = args.conversation
     with open_memory(args) as memory:
-        hits = memory.search(args.query, top_k=args.top_k, filters=filters or None)
+        hits = memory.search(
+            args.query,
+            top_k=args.top_k,
+            filters=filters or None,
+            granularity=args.granularity,
+            min_score=args.min_score,
+        )
+        if not hits and not quiet(args):
+            print(
+                f"nothing in memory scores {args.min_score} or more for this question "
+                "(--min-score 0 lists the closest anyway)",
+                file=sys.stderr,
+            )
         show_hits(hits, quiet(args))
     return 0
 
@@ -190,6 +212,18 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     search.add_argument("--top-k", type=bounded_int(1, 1000), default=6)
     search.add_argument("--conversation", help="only this conversation")
     search.add_argument("--filter", help='filters as JSON, e.g. \'{"speakers": "user"}\'')
+    search.add_argument(
+        "--min-score",
+        type=bounded_float(0.0, 1.0),
+        default=DEFAULT_MIN_SCORE,
+        help=f"drop hits whose calibrated score is below this (default {DEFAULT_MIN_SCORE}; 0 keeps all)",
+    )
+    search.add_argument(
+        "--granularity",
+        choices=["turn", "chunk"],
+        default="turn",
+        help="turn: evidence turns with their chunk as context (default); chunk: whole chunks",
+    )
     search.set_defaults(func=cmd_search)
 
     delete = sub.add_parser(

@@ -1,0 +1,147 @@
+"""Calibrated scores and an honest "no memory", on every search path."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from convmem import HashingEmbedder, InvalidInputError, Memory
+from convmem.cli.main import main as cli_main
+from convmem.embed import EmbeddingService
+from convmem.governance import KeepAllMarker
+from convmem.retrieve import DEFAULT_MIN_SCORE
+from convmem.retrieve.calibration import CALIBRATIONS, relevance
+from convmem.retrieve.searcher import TurnVectors
+from convmem.server import ServerSettings, create_app
+from helpers import make_turns
+
+TRAVEL = [
+    "下个月我要去东京出差，大概待五天。",
+    "好的，需要我帮你查一下酒店吗？",
+    "我的护照是2025年2月18日过期的，得赶紧去换。",
+    "护照过期前记得预约换发，一般要两周。",
+    "我住酒店喜欢高楼层，安静一点。",
+    "明白了，我记下了。",
+]
+UNRELATED = ["秘鲁的首都是哪里？", "光速是每秒多少公里？", "How do I reset my router?"]
+ADMIN = "admin-secret-for-calibration-tests"
+
+
+@pytest.fixture
+def travel(tmp_path: Path) -> Iterator[Memory]:
+    memory = Memory.open(
+        str(tmp_path / "travel.db"), embedder=HashingEmbedder(), workers=0, marker=KeepAllMarker()
+    )
+    memory.add_turns("trip", make_turns(TRAVEL))
+    memory.flush()
+    yield memory
+    memory.close()
+
+
+def test_an_unrelated_question_finds_nothing_and_a_real_one_finds_the_fact(travel: Memory) -> None:
+    for question in UNRELATED:
+        assert travel.search(question, top_k=5) == [], question
+        # the closest hits are still there for a caller who asks for them, scored low
+        closest = travel.search(question, top_k=5, min_score=0)
+        assert closest and all(hit.score < DEFAULT_MIN_SCORE for hit in closest)
+    hits = travel.search("护照什么时候过期", top_k=5)
+    assert hits and "2025年2月18日" in hits[0].text
+    assert hits[0].score >= DEFAULT_MIN_SCORE
+
+
+def test_scores_are_calibrated_never_rise_down_the_list_and_keep_the_rank_score(
+    travel: Memory,
+) -> None:
+    hits = travel.search("护照 过期 换发", top_k=6, min_score=0)
+    scores = [hit.score for hit in hits]
+    assert all(0.0 <= score <= 1.0 for score in scores)
+    assert scores == sorted(scores, reverse=True)
+    for i, hit in enumerate(hits):
+        # a hit's score is the best relevance at or below it
+        assert hit.score == pytest.approx(max(h.metadata["relevance"] for h in hits[i:]), abs=1e-4)
+        assert "rank_score" in hit.metadata and set(hit.metadata["evidence"]) >= {"coverage"}
+    # min_score cuts the list after its last hit at or above it
+    cut = travel.search("护照 过期 换发", top_k=6, min_score=scores[1])
+    assert [hit.chunk_id for hit in cut] == [hit.chunk_id for hit in hits[: len(cut)]]
+    assert all(hit.score >= scores[1] for hit in cut)
+
+
+def test_relevance_rises_with_coverage_and_similarity() -> None:
+    for calibration in CALIBRATIONS.values():
+        assert relevance(calibration, 0.9, 0.9, 0.6) > relevance(calibration, 0.1, 0.1, 0.6)
+        assert relevance(calibration, 0.5, 0.5, 0.8) > relevance(calibration, 0.5, 0.5, 0.0)
+        assert relevance(calibration, 1.0, 1.0, None) > relevance(calibration, 0.0, 0.0, None)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), "high", True])
+def test_a_bad_min_score_is_refused_naming_the_field(travel: Memory, bad: object) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        travel.search("护照", min_score=bad)  # type: ignore[arg-type]
+    assert caught.value.field == "min_score"
+
+
+def test_http_takes_min_score_and_granularity(travel: Memory) -> None:
+    app = create_app(ServerSettings(admin_key=ADMIN), memory=travel)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        _, secret = travel.create_api_key("default", "calibration")
+        headers = {"Authorization": f"Bearer {secret}"}
+        nothing = client.post("/v1/search", json={"query_text": UNRELATED[0]}, headers=headers)
+        assert nothing.status_code == 200 and nothing.json()["hits"] == []
+        body = {"query_text": UNRELATED[0], "min_score": 0, "granularity": "chunk"}
+        closest = client.post("/v1/search", json=body, headers=headers).json()["hits"]
+        assert closest and all(hit["context"] is None for hit in closest)
+        found = client.post("/v1/search", json={"query_text": "护照过期"}, headers=headers).json()
+        assert any("2025年2月18日" in hit["text"] for hit in found["hits"])
+        assert all(hit["context"] for hit in found["hits"])
+        bad = client.post(
+            "/v1/search", json={"query_text": "护照", "min_score": 2}, headers=headers
+        )
+        assert bad.status_code == 422 and "min_score" in bad.text
+
+
+def test_cli_says_when_nothing_is_relevant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "cli.db")
+    source = tmp_path / "trip.jsonl"
+    source.write_text(
+        "".join(
+            json.dumps({"conversation_id": "trip", **turn}, ensure_ascii=False) + "\n"
+            for turn in make_turns(TRAVEL)
+        ),
+        encoding="utf-8",
+    )
+    assert cli_main(["--store", store, "--embedder", "hashing", "ingest", str(source)]) == 0
+    capsys.readouterr()
+    assert cli_main(["--store", store, "--embedder", "hashing", "search", UNRELATED[0]]) == 0
+    captured = capsys.readouterr()
+    assert "score=" not in captured.out and "--min-score 0" in captured.err
+    args = ["--store", store, "--embedder", "hashing", "search", UNRELATED[0], "--min-score", "0"]
+    assert cli_main(args) == 0
+    assert "score=" in capsys.readouterr().out
+    assert cli_main(["--store", store, "search", "护照", "--min-score", "2"]) == 2
+    assert "--min-score" in capsys.readouterr().err
+
+
+def test_an_answer_outranks_the_question_it_answers(travel: Memory) -> None:
+    travel.add_turns(
+        "visa", make_turns(["那签证需要准备什么材料？", "需要护照、照片、在职证明和银行流水。"])
+    )
+    travel.flush()
+    hits = travel.search("签证需要什么材料", top_k=2, filters={"conversation_id": "visa"})
+    assert "银行流水" in hits[0].text
+
+
+def test_turn_vectors_are_cached_and_bounded() -> None:
+    service = EmbeddingService(HashingEmbedder(dimension=64))
+    cache = TurnVectors(service, capacity=3)
+    first = cache(["a line", "another line"])
+    assert first.shape == (2, 64)
+    again = cache(["another line", "a third", "a fourth", "a line"])
+    assert np.allclose(again[0], first[1]) and np.allclose(again[3], first[0])
+    assert len(cache._cache) == 3  # bounded: the oldest line was let go
