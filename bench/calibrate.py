@@ -259,7 +259,7 @@ def main() -> int:
         ) as memory:
             cases += locomo_cases(memory, args.granularity)
         model_id = memory.embedding.model_id
-    current = calibration_for(model_id)
+    current = calibration_for(model_id, args.granularity)
     vector = fit(cases, lexical=False)
     lexical = fit(cases, lexical=True)
     fitted = Calibration(model_id, *vector, lexical)  # type: ignore[arg-type]

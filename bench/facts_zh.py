@@ -183,6 +183,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for split in SPLITS:
             rows: dict[str, dict[int, list[float]]] = {}
             nothing: dict[str, list[int]] = {}
+            lost: dict[str, list[int]] = {}
             latencies: list[float] = []
             for chat in (c for c in chats if c["split"] == split):
                 scope = {"conversation_id": chat["conversation_id"]}
@@ -198,6 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                 filters=scope,
                                 mode=mode,
                                 granularity=granularity,
+                                min_score=0,
                             )
                             latencies.append(time.perf_counter() - began)
                             ranked[f"{granularity}/{mode}"] = _hit_turns(hits)
@@ -205,6 +207,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         row = rows.setdefault(name, {5: [], 10: []})
                         for k in row:
                             row[k].append(recall_at(hit_turns, evidence, k)[0])
+                    # evidence in the top 10 without a threshold, lost at the default one
+                    for granularity in args.granularities:
+                        before = recall_at(ranked[f"{granularity}/hybrid"], evidence, 10)[0]
+                        if before > 0:
+                            kept = memory.search(
+                                question["question"], 10, scope, granularity=granularity
+                            )
+                            after = recall_at(_hit_turns(kept), evidence, 10)[0]
+                            lost.setdefault(granularity, []).append(int(after < before))
                 for question in unrelated(chat, chats):
                     for granularity in args.granularities:
                         hits = memory.search(
@@ -219,6 +230,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 },
                 "unrelated_returning_nothing": {
                     name: round(statistics.mean(v), 3) for name, v in nothing.items()
+                },
+                "answerable_evidence_lost_at_default_min_score": {
+                    name: round(statistics.mean(v), 3) for name, v in lost.items()
                 },
                 "search_ms_p50": round(statistics.median(latencies) * 1000, 2),
             }

@@ -38,7 +38,7 @@ BUDGETS = (5, 10, 25)
 VECTOR_WEIGHT: float | None = None
 FUSION = "rrf"
 MAX_TURNS = 4
-GRANULARITY = "chunk"
+GRANULARITY = "turn"
 
 
 def evidence_ids(raw: list[str]) -> set[str]:
@@ -124,6 +124,7 @@ def run_locomo(
                         query_vector=query_vector,
                         mode=mode,
                         granularity=GRANULARITY,
+                        min_score=0,
                     )
                     latencies.append(time.perf_counter() - started)
                     # the turns a chunk holds: its kept turns, not every turn of its range
@@ -253,6 +254,8 @@ def run_madial(
                     filters={"conversation_id": f"user{dialogue['user-id']}"},
                     query_vector=query_vector,
                     mode=mode,
+                    granularity=GRANULARITY,
+                    min_score=0,
                 )
                 latencies.append(time.perf_counter() - started)
                 ranked = [[h.metadata["turn_range"][0]] for h in hits]  # one memory each
@@ -286,8 +289,8 @@ def main() -> int:
     parser.add_argument(
         "--granularity",
         choices=["chunk", "turn"],
-        default="chunk",
-        help="LoCoMo hits: whole chunks, or evidence turns with their chunk as context",
+        default="turn",
+        help="hits: evidence turns with their chunk as context (default), or whole chunks",
     )
     parser.add_argument(
         "--marker",

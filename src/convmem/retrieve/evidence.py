@@ -17,6 +17,7 @@ turns them into a relevance that means the same across queries.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,7 @@ import numpy as np
 
 from convmem.models import Hit
 from convmem.retrieve.fusion import turns_of
-from convmem.text import bm25, tokenize
+from convmem.text import bm25, tokenize, tokenizer_signature
 
 __all__ = ["PER_CHUNK", "TURN_WEIGHT", "Evidence", "chunk_evidence", "coverage", "turn_hits"]
 
@@ -47,6 +48,17 @@ QUESTION_SHARE = 0.5
 QUESTION_ENDS = ("?", "？", "吗", "呢", "吗？", "呢？")
 
 Embed = Callable[[Sequence[str]], np.ndarray]
+
+
+def _tokens(text: str) -> tuple[str, ...]:
+    """A candidate line's tokens, cached: the same lines come back query after query (the
+    tokenizer's signature is part of the key, so a new user dictionary is seen)."""
+    return _cached_tokens(text, tokenizer_signature())
+
+
+@functools.lru_cache(maxsize=16384)
+def _cached_tokens(text: str, signature: str) -> tuple[str, ...]:
+    return tuple(tokenize(text))
 
 
 @dataclass(frozen=True)
@@ -74,7 +86,7 @@ def _units(hits: Sequence[Hit]) -> list[_Unit]:
     for rank, hit in enumerate(hits):
         seqs = hit.metadata.get("turn_seqs") or []
         offsets = hit.metadata.get("turn_offsets") or []
-        if len(seqs) > 1 and len(offsets) == len(seqs):
+        if seqs and len(offsets) == len(seqs):
             units.extend(
                 _Unit(rank, hit, int(seq), hit.text[start:end])
                 for seq, (start, end) in zip(seqs, offsets, strict=True)
@@ -128,7 +140,7 @@ def chunk_evidence(hits: Sequence[Hit], query: str, similarity: Mapping[str, flo
     """Whole-chunk hits with their evidence features in ``metadata["evidence"]``; a chunk the
     vector side did not return gets the lowest similarity it returned (an upper bound)."""
     weights = bm25.query_weights(tokenize(query), QUERY_TERMS)
-    documents = [tokenize(hit.text) for hit in hits]
+    documents = [_tokens(hit.text) for hit in hits]
     idfs = idf_table(weights, documents)
     floor = min(similarity.values()) if similarity else None
     return [
@@ -236,13 +248,14 @@ def turn_hits(
     if not units:
         return []
     weights = bm25.query_weights(tokenize(query), QUERY_TERMS)
-    documents = [tokenize(_spoken(unit)) for unit in units]
+    documents = [_tokens(_spoken(unit)) for unit in units]
     lexical = bm25.rank(weights, documents)
     # coverage reads each line with its speaker label, and its whole chunk
-    labelled = [tokenize(unit.text) for unit in units]
+    labelled = [_tokens(unit.text) for unit in units]
     idfs = idf_table(weights, labelled)
     context = {
-        unit.hit.chunk_id: coverage(weights, idfs, tokenize(unit.hit.text)) for unit in units
+        hit.chunk_id: coverage(weights, idfs, _tokens(hit.text))
+        for hit in {unit.hit.chunk_id: unit.hit for unit in units}.values()
     }
     similarity = _similarities(units, query_vector, embed, chunk_similarity or {})
     own = [value for value in similarity if value is not None]

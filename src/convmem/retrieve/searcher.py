@@ -25,7 +25,7 @@ from convmem.models import Hit
 from convmem.retrieve.calibration import Calibration, calibrate, calibration_for
 from convmem.retrieve.evidence import chunk_evidence, turn_hits
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse
-from convmem.retrieve.request import SearchRequest
+from convmem.retrieve.request import GRANULARITIES, SearchRequest
 from convmem.store import SQLStore, parse_filters
 from convmem.store.ann import AnnIndex
 from convmem.store.filters import FilterSpec
@@ -73,7 +73,10 @@ class HybridSearcher:
         self._ann: dict[str, AnnIndex] = {}
         self._ann_lock = threading.Lock()
         self.turn_vectors = TurnVectors(embedding)
-        self.calibration: Calibration = calibration_for(embedding.model_id)
+        self.calibrations: dict[str, Calibration] = {
+            granularity: calibration_for(embedding.model_id, granularity)
+            for granularity in GRANULARITIES
+        }
 
     def search(self, request: SearchRequest) -> list[Hit]:
         """Hits for one request, best first. Raises InvalidInputError / FilterError."""
@@ -127,7 +130,7 @@ class HybridSearcher:
         else:
             hits = chunk_evidence(hits, query, similarity)
         if request.min_score is not None:
-            hits = calibrate(hits, self.calibration, request.min_score)
+            hits = calibrate(hits, self.calibrations[request.granularity], request.min_score)
         self.latency.observe(time.perf_counter() - began)
         return hits
 
