@@ -24,16 +24,7 @@ from typing import Any, Self
 
 import httpx
 
-from convmem.errors import (
-    ConvmemError,
-    EmbedderError,
-    EmbeddingMismatchError,
-    FlushTimeoutError,
-    InvalidInputError,
-    NotFoundError,
-    StoreError,
-    TurnConflictError,
-)
+from convmem.errors import WIRE, ConvmemError, FlushTimeoutError, InvalidInputError
 from convmem.models import AddTurnsReceipt, Hit
 
 __all__ = ["ERRORS", "AsyncClient", "AuthenticationError", "Client"]
@@ -45,16 +36,11 @@ class AuthenticationError(ConvmemError, PermissionError):
 
 #: The error body's ``type`` -> the exception the library raises for the same failure.
 ERRORS: dict[str, type[ConvmemError]] = {
-    "invalid_input": InvalidInputError,
+    **{name: cls for cls, _, name in WIRE},
+    # bodies the service refuses before they reach a route, and the key checks
     "invalid_json": InvalidInputError,
     "invalid_body": InvalidInputError,
     "body_too_large": InvalidInputError,
-    "turn_conflict": TurnConflictError,
-    "not_found": NotFoundError,
-    "embedding_mismatch": EmbeddingMismatchError,
-    "flush_timeout": FlushTimeoutError,
-    "store_unavailable": StoreError,
-    "embedder_unavailable": EmbedderError,
     "unauthorized": AuthenticationError,
     "forbidden": AuthenticationError,
 }

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "WIRE",
     "ConvmemError",
     "EmbedderError",
     "EmbeddingMismatchError",
@@ -98,3 +99,17 @@ class StoreError(ConvmemError, RuntimeError):
 
 class FlushTimeoutError(ConvmemError, TimeoutError):
     """``flush`` gave up while index jobs were still pending."""
+
+
+# The errors that cross the HTTP service, most specific first: (class, status, type name).
+# The server answers an exception with the first row it is an instance of; the client
+# raises the row's class for the body's ``type``. One table, so the two never drift.
+WIRE: tuple[tuple[type[ConvmemError], int, str], ...] = (
+    (TurnConflictError, 409, "turn_conflict"),
+    (InvalidInputError, 422, "invalid_input"),
+    (NotFoundError, 404, "not_found"),
+    (EmbeddingMismatchError, 409, "embedding_mismatch"),
+    (FlushTimeoutError, 504, "flush_timeout"),
+    (StoreError, 503, "store_unavailable"),
+    (EmbedderError, 503, "embedder_unavailable"),
+)

@@ -7,7 +7,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from convmem.cli.progress import Progress
 from convmem.errors import FlushTimeoutError
@@ -99,36 +99,33 @@ def drain_index(memory: Memory, args: argparse.Namespace, *, timeout: float) -> 
                     ) from None
 
 
-def bounded_float(low: float, high: float) -> Callable[[str], float]:
-    """An argparse type: a number in ``[low, high]``, else a usage error naming the range."""
+N = TypeVar("N", int, float)
 
-    def parse(text: str) -> float:
+
+def _bounded(kind: Callable[[str], N], what: str, low: N, high: N) -> Callable[[str], N]:
+    """An argparse type: a ``kind`` in ``[low, high]``, else a usage error naming the range."""
+
+    def parse(text: str) -> N:
         try:
-            value = float(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
         return value
 
-    parse.__name__ = "number"
+    parse.__name__ = "int" if kind is int else "number"
     return parse
+
+
+def bounded_float(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number in ``[low, high]``."""
+    return _bounded(float, "a number", low, high)
 
 
 def bounded_int(low: int, high: int = 2**31 - 1) -> Callable[[str], int]:
-    """An argparse type: an int in ``[low, high]``, else a usage error naming the range."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
-        return value
-
-    parse.__name__ = "int"
-    return parse
+    """An argparse type: an int in ``[low, high]``."""
+    return _bounded(int, "a whole number", low, high)
 
 
 def seconds(text: str) -> float:

@@ -17,6 +17,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
+from convmem.integrations.scope import search_scope
 from convmem.memory import Memory
 from convmem.retrieve import DEFAULT_MIN_SCORE
 
@@ -37,16 +38,7 @@ class ConvmemRetriever(BaseRetriever):
     min_score: float = DEFAULT_MIN_SCORE
 
     def _search(self, query: str) -> list[Document]:
-        filters = dict(self.filters or {})
-        if self.conversation_id is not None:
-            filters["conversation_id"] = self.conversation_id
-        hits = self.memory.search(
-            query,
-            top_k=self.k,
-            filters=filters or None,
-            granularity=self.granularity,
-            min_score=self.min_score,
-        )
+        hits = search_scope(self, query)
         return [
             Document(
                 page_content=hit.text,

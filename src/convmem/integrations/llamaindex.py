@@ -11,6 +11,7 @@ from typing import Any
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
+from convmem.integrations.scope import search_scope
 from convmem.memory import Memory
 from convmem.models import Hit
 from convmem.retrieve import DEFAULT_MIN_SCORE
@@ -47,16 +48,7 @@ class ConvmemRetriever(BaseRetriever):
         self.min_score = min_score
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        filters = dict(self.filters or {})
-        if self.conversation_id is not None:
-            filters["conversation_id"] = self.conversation_id
-        hits = self.memory.search(
-            query_bundle.query_str,
-            top_k=self.k,
-            filters=filters or None,
-            granularity=self.granularity,
-            min_score=self.min_score,
-        )
+        hits = search_scope(self, query_bundle.query_str)
         return [
             NodeWithScore(
                 node=TextNode(

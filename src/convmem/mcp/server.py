@@ -110,14 +110,7 @@ def _memory_tools(server: MCPServer, memory: Memory) -> None:
                 body.query_text, hints_used, filters=body.filters, top_k=body.top_k
             )
             return result.as_dict()
-        hits = memory.search(
-            body.query_text,
-            top_k=body.top_k,
-            filters=body.filters,
-            mode=body.mode,
-            granularity=body.granularity,
-            min_score=body.min_score,
-        )
+        hits = memory.search(body.query_text, **body.options())
         return {"hits": [hit.model_dump(mode="json") for hit in hits], "hints": None}
 
     @server.tool()

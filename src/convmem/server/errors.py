@@ -17,16 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from convmem.errors import (
-    ConvmemError,
-    EmbedderError,
-    EmbeddingMismatchError,
-    FlushTimeoutError,
-    InvalidInputError,
-    NotFoundError,
-    StoreError,
-    TurnConflictError,
-)
+from convmem.errors import WIRE, ConvmemError, InvalidInputError
 
 __all__ = [
     "ErrorBody",
@@ -42,15 +33,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # Order matters: the first matching class wins (TurnConflictError is an InvalidInputError).
-STATUS: list[tuple[type[BaseException], int, str]] = [
-    (TurnConflictError, 409, "turn_conflict"),
-    (InvalidInputError, 422, "invalid_input"),
-    (NotFoundError, 404, "not_found"),
-    (EmbeddingMismatchError, 409, "embedding_mismatch"),
-    (FlushTimeoutError, 504, "flush_timeout"),
-    (StoreError, 503, "store_unavailable"),
-    (EmbedderError, 503, "embedder_unavailable"),
-]
+STATUS: list[tuple[type[BaseException], int, str]] = list(WIRE)
 
 # pydantic names the member of a union that failed: int, constrained-str, tuple[...], ...
 UNION_TAG = re.compile(r"^(int|str|bool|float|none|constrained-\w+|[\w-]+\[.*\])$")

@@ -169,6 +169,16 @@ class SearchIn(_Strict):
         "below this; with nothing relevant in memory the search returns no hits. 0 keeps all",
     )
 
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of ``Memory.search`` this body asks for."""
+        return {
+            "top_k": self.top_k,
+            "filters": self.filters,
+            "mode": self.mode,
+            "granularity": self.granularity,
+            "min_score": self.min_score,
+        }
+
 
 class DeleteIn(_Strict):
     conversation_id: str = Field(min_length=1, max_length=200)

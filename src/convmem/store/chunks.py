@@ -6,14 +6,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from convmem.store.dbapi import Connection
 from convmem.store.filters import dumps_list
 from convmem.store.governance import GovernanceTables
 from convmem.store.records import IndexBatch, IndexedChunk, next_change, select_in, text_digest
 
-__all__ = ["ChunkTables"]
+__all__ = ["ChunkTables", "ChunkWrite"]
+
+
+class ChunkWrite(NamedTuple):
+    """Where a chunk write comes from (``worker`` or ``api``), the model of its vector, and
+    the change number of its transaction."""
+
+    origin: str
+    model_id: str
+    change: int
+
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +52,7 @@ class ChunkTables(GovernanceTables):
         "updated_at, change_seq"
     )
 
-    def _chunk_values(
-        self, item: IndexedChunk, *, origin: str, model_id: str, change: int
-    ) -> tuple[Any, ...]:
+    def _chunk_values(self, item: IndexedChunk, write: ChunkWrite) -> tuple[Any, ...]:
         """One chunk's column values, in ``CHUNK_COLUMNS`` order."""
         record = item.record
         meta = record.metadata
@@ -69,31 +77,24 @@ class ChunkTables(GovernanceTables):
             ts_start,
             ts_end,
             1 if meta.provisional else 0,
-            origin,
+            write.origin,
             meta.importance,
             meta.category,
             expires,
             1 if meta.pinned else 0,
             1 if meta.requires_confirmation else 0,
             vector,
-            model_id,
+            write.model_id,
             self.now(),
-            change,
+            write.change,
         )
 
     def _upsert_chunk(
-        self,
-        conn: Connection,
-        tenant: str,
-        item: IndexedChunk,
-        *,
-        origin: str,
-        model_id: str,
-        change: int,
+        self, conn: Connection, tenant: str, item: IndexedChunk, write: ChunkWrite
     ) -> bool:
         """Insert or overwrite one chunk and its lexical row. Returns True when it existed."""
         record = item.record
-        values = self._chunk_values(item, origin=origin, model_id=model_id, change=change)
+        values = self._chunk_values(item, write)
         existing = conn.execute(
             "SELECT rowid FROM chunks WHERE tenant=? AND chunk_id=?", (tenant, record.chunk_id)
         ).fetchone()
@@ -163,9 +164,7 @@ class ChunkTables(GovernanceTables):
         if stale:
             self._remove_rows(conn, tenant, stale, change)
         for item in batch.chunks:
-            self._upsert_chunk(
-                conn, tenant, item, origin="worker", model_id=model_id, change=change
-            )
+            self._upsert_chunk(conn, tenant, item, ChunkWrite("worker", model_id, change))
         if batch.marks_from is not None:
             self._write_governance(
                 conn,
@@ -216,9 +215,7 @@ class ChunkTables(GovernanceTables):
         with self._write() as conn:
             change = next_change(conn)
             for item in items:
-                if self._upsert_chunk(
-                    conn, tenant, item, origin="api", model_id=model_id, change=change
-                ):
+                if self._upsert_chunk(conn, tenant, item, ChunkWrite("api", model_id, change)):
                     updated += 1
                 else:
                     inserted += 1

@@ -32,6 +32,7 @@ import numpy as np
 from convmem.clock import Clock
 from convmem.errors import InvalidInputError, StoreError
 from convmem.store.base import MIGRATIONS, IndexedChunk, SQLStore
+from convmem.store.chunks import ChunkWrite
 from convmem.store.dbapi import Connection, Cursor
 from convmem.store.filters import FilterSpec
 from convmem.store.postgres_lexical import PostgresLexical, _tsvector
@@ -314,20 +315,13 @@ class PostgresStore(PostgresLexical, SQLStore):
             )
 
     def _upsert_chunk(
-        self,
-        conn: Connection,
-        tenant: str,
-        item: IndexedChunk,
-        *,
-        origin: str,
-        model_id: str,
-        change: int,
+        self, conn: Connection, tenant: str, item: IndexedChunk, write: ChunkWrite
     ) -> bool:
         """One statement per chunk: insert, or overwrite in place with its ``tsvector``."""
         columns = [c.strip() for c in self.CHUNK_COLUMNS.split(",")]
         extra = ["tsv", "ntokens", "tenant", "chunk_id", "deleted"]
         updates = ", ".join(f"{c} = excluded.{c}" for c in [*columns, "tsv", "ntokens", "deleted"])
-        values = self._chunk_values(item, origin=origin, model_id=model_id, change=change)
+        values = self._chunk_values(item, write)
         row = conn.execute(
             f"INSERT INTO chunks ({', '.join(columns + extra)}) VALUES "
             f"({', '.join(['?'] * len(columns))}, CAST(? AS tsvector), ?, ?, ?, 0) "

@@ -21,12 +21,5 @@ def search(body: SearchIn, memory: Caller) -> SearchOut:
         hints = body.hints.model_dump(mode="json", exclude_unset=True)
         result = memory.retrieve(body.query_text, hints, filters=body.filters, top_k=body.top_k)
         return SearchOut(hits=result.hits, hints=result.hints)
-    hits = memory.search(
-        body.query_text,
-        top_k=body.top_k,
-        filters=body.filters,
-        mode=body.mode,
-        granularity=body.granularity,
-        min_score=body.min_score,
-    )
+    hits = memory.search(body.query_text, **body.options())
     return SearchOut(hits=hits, hints=None)
