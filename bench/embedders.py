@@ -46,6 +46,9 @@ import numpy as np  # noqa: E402
 from convmem.embed import HashingEmbedder, resolve_embedder  # noqa: E402
 from convmem.embed.base import Vectors, embed_query, fusion_weight, normalise_rows  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from retrieval import _madial  # noqa: E402  (one MADial reader for every bench script)
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
 
 # Hand-written checks: (query, the memory it should find). Paraphrases in Chinese and
@@ -160,23 +163,6 @@ def _factories() -> dict[str, Callable[[int], Any]]:
 
 
 # ---------------------------------------------------------------- data
-def _madial(language: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    folder = DATA / "madial_bench" / language
-    memories: dict[str, dict[str, Any]] = {}
-    for line in (folder / f"MADial-Bench-{language}-memory.json").read_text("utf-8").splitlines():
-        if line.strip():
-            memories.update(json.loads(line))
-    if language == "en":  # the English file lacks user ids; ids match the Chinese file
-        zh = _madial("zh")[0]
-        for key, value in memories.items():
-            value["user-id"] = zh[key]["user-id"]
-    dialogue_file = folder / f"MADial-Bench-{language}-dialogue.json"
-    dialogues = [
-        json.loads(line) for line in dialogue_file.read_text("utf-8").splitlines() if line.strip()
-    ]
-    return memories, dialogues
-
-
 def _window(dialogue: dict[str, Any]) -> str:
     lines = []
     for line in dialogue["dialogue"][1 : dialogue["test-turn"][0]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 import json_repair
@@ -13,7 +13,7 @@ import json_repair
 from convmem.errors import ConvmemError
 from convmem.remote import Retry, post_json
 
-__all__ = ["ChatClient", "ChatError", "parse_json_answer"]
+__all__ = ["ChatClient", "ChatError", "ChatOptions", "parse_json_answer"]
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
@@ -45,6 +45,16 @@ def parse_json_answer(content: str) -> Any:
     if not isinstance(repaired, dict | list) or not repaired:
         raise ValueError(f"no JSON object in the answer: {content[:80]!r}")
     return repaired
+
+
+class ChatOptions(TypedDict, total=False):
+    """How to reach the endpoint, for classes that build their own :class:`ChatClient`."""
+
+    api_key: str | None
+    timeout: float
+    retry: Retry | None
+    extra_body: Mapping[str, Any] | None
+    transport: httpx.BaseTransport | None
 
 
 class ChatClient:

@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "WIRE",
     "ConvmemError",
     "EmbedderError",
     "EmbeddingMismatchError",

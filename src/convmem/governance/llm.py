@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
-import httpx
-
-from convmem.chat import ChatClient, ChatError
+from convmem.chat import ChatClient, ChatError, ChatOptions
 from convmem.errors import MarkingError
 from convmem.governance.marker import MarkerBase, MarkTurn
 from convmem.governance.policy import GovernancePolicy, policy_key
@@ -94,18 +92,9 @@ class LLMMarker(MarkerBase):
     """
 
     def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key: str | None = None,
-        timeout: float = 60.0,
-        context_turns: int = 4,
-        transport: httpx.BaseTransport | None = None,
+        self, base_url: str, model: str, *, context_turns: int = 4, **client: Unpack[ChatOptions]
     ) -> None:
-        self._chat = ChatClient(
-            base_url, model, api_key=api_key, timeout=timeout, transport=transport
-        )
+        self._chat = ChatClient(base_url, model, **client)
         self._base_url = base_url
         self.model = model
         self.context_turns = context_turns

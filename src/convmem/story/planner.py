@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
-import httpx
-
-from convmem.chat import ChatClient, ChatError
+from convmem.chat import ChatClient, ChatError, ChatOptions
 from convmem.errors import ConvmemError
 from convmem.story.models import CharactersConfig, ScenePlan
 from convmem.text import keywords, words
@@ -76,18 +74,8 @@ class RuleScenePlanner:
 class LLMScenePlanner:
     """Asks ``POST {base_url}/chat/completions`` for ``{"entities", "events", "queries"}``."""
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key: str | None = None,
-        timeout: float = 60.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self._chat = ChatClient(
-            base_url, model, api_key=api_key, timeout=timeout, transport=transport
-        )
+    def __init__(self, base_url: str, model: str, **client: Unpack[ChatOptions]) -> None:
+        self._chat = ChatClient(base_url, model, **client)
         self.model = model
         self.name = f"llm:{model}"
 
