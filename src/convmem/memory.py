@@ -41,6 +41,7 @@ from convmem.retrieve.fusion import FUSIONS
 from convmem.store import IndexedChunk, SQLStore, StoredTurn
 from convmem.text import clean_text, tokenize
 from convmem.worker import RetryPolicy
+from convmem.worker.vectors import embed_chunks
 
 __all__ = ["DeleteResult", "Memory", "UpsertResult"]
 
@@ -486,13 +487,20 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         return self._engine.store.purge(None if all_tenants else self._tenant)
 
     def reindex(self, *, batch_size: int = 256) -> int:
-        """Re-embed every live chunk from its stored text with this handle's embedder."""
+        """Re-embed every live chunk (and the turns it holds) from its stored text with this
+        handle's embedder."""
         engine = self._engine
         count = 0
         for rows in engine.store.iter_live_chunks(batch_size):
-            vectors = engine.embedding.embed_array([text for _, text in rows])
+            embedded = embed_chunks(
+                engine.embedding,
+                [(text, metadata.get("turn_offsets") or []) for _, text, metadata in rows],
+            )
             engine.store.replace_vectors(
-                [(rowid, vectors[i]) for i, (rowid, _) in enumerate(rows)],
+                [
+                    (rowid, vector, lines)
+                    for (rowid, _, _), (vector, lines) in zip(rows, embedded, strict=True)
+                ],
                 engine.embedding.model_id,
             )
             count += len(rows)

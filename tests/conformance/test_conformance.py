@@ -673,3 +673,58 @@ def test_postgres_hnsw_index_answers_filtered_queries(tmp_path: Any) -> None:
             assert len(hits) == sum(1 for r in records if r["metadata"]["category"] == "rare")
     finally:
         drop_schema(base, schema)
+
+
+class _StoredLinesOnly(HashingEmbedder):
+    """The hashing model, but search may not embed lines at query time: a turn hit's
+    similarity can then only come from the turn vectors the worker stored."""
+
+    embeds_turns = False
+
+
+def _turn_vector_rows(memory: Memory, conversation: str) -> dict[str, int | None]:
+    rows = memory.store._db().execute(
+        "SELECT chunk_id, turn_vectors, deleted FROM chunks WHERE tenant=? AND conversation_id=?",
+        (memory.tenant, conversation),
+    )
+    dimension = memory.embedding.dimension
+    return {
+        row[0]: None if row[1] is None else len(bytes(row[1])) // (4 * dimension)
+        for row in rows
+        if not row[2]
+    } | {
+        row[0]: -1
+        for row in memory.store._db().execute(
+            "SELECT chunk_id FROM chunks WHERE tenant=? AND conversation_id=? AND deleted=1 "
+            "AND turn_vectors IS NOT NULL",
+            (memory.tenant, conversation),
+        )
+    }
+
+
+def test_the_worker_stores_a_vector_per_turn_and_search_reads_them(backend_url: str) -> None:
+    texts = ["我的车停在地下二层B区17号车位。", "好的，已经记下了。", "明天要下雨。", "记得带伞。"]
+    with opened(backend_url, embedder=_StoredLinesOnly()) as memory:
+        memory.add_turns("c", make_turns(texts * 2))
+        memory.flush()
+        chunks = {
+            h.chunk_id: h for h in memory.search("车位", top_k=50, granularity="chunk", min_score=0)
+        }
+        stored = _turn_vector_rows(memory, "c")
+        assert stored and all(
+            stored[cid] == len(hit.metadata["turn_seqs"]) for cid, hit in chunks.items()
+        )
+        # a turn hit's similarity is its stored line vector against the question's
+        hit = memory.search("车停在哪里", top_k=1, min_score=0)[0]
+        line = hit.text.partition(": ")[2]
+        expected = float(memory.embedding.embed_array([line])[0] @ memory.embed_query("车停在哪里"))
+        assert hit.metadata["evidence"]["similarity"] == pytest.approx(expected, abs=1e-3)
+        # deleting a turn tombstones its chunks: no turn vectors are left on them
+        memory.delete("c", turn_range=(0, 0))
+        assert -1 not in _turn_vector_rows(memory, "c").values()
+        # reindex writes them again from the stored text
+        with memory.store._write() as conn:
+            conn.execute("UPDATE chunks SET turn_vectors=NULL WHERE tenant=?", (memory.tenant,))
+        memory.reindex()
+        after = _turn_vector_rows(memory, "c")
+        assert after and all(count is not None and count > 0 for count in after.values())

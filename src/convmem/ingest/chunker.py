@@ -25,7 +25,15 @@ from convmem.ingest.ids import chunk_id
 from convmem.models import ChunkMetadata, ChunkRecord
 from convmem.text import is_mostly_cjk, keywords, words
 
-__all__ = ["ChunkPlan", "ChunkTurn", "ChunkingPolicy", "plan_chunks", "render_chunk"]
+__all__ = [
+    "ChunkPlan",
+    "ChunkTurn",
+    "ChunkingPolicy",
+    "plan_chunks",
+    "render_chunk",
+    "spoken",
+    "turn_lines",
+]
 
 ZH_ROLE_LABELS = {"user": "用户", "assistant": "助手", "tool": "工具", "system": "系统"}
 EN_ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system": "System"}
@@ -204,3 +212,15 @@ def render_chunk(
         text="\n".join(lines),
         metadata=metadata,
     )
+
+
+def spoken(line: str) -> str:
+    """What a chunk line says, without its ``speaker: `` label."""
+    _, _, said = line.partition(": ")
+    return said or line
+
+
+def turn_lines(text: str, offsets: Sequence[Sequence[int]]) -> list[str]:
+    """What each turn of a rendered chunk says (labels off), from the chunker's offsets:
+    the texts whose vectors the worker stores beside the chunk's own."""
+    return [spoken(text[start:end]) for start, end in offsets]

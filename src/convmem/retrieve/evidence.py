@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from convmem.ingest import spoken
 from convmem.models import Hit
 from convmem.retrieve.fusion import turns_of
 from convmem.text import bm25, tokenize, tokenizer_signature
@@ -79,6 +80,7 @@ class _Unit:
     hit: Hit
     seq: int | None  # None: the whole chunk
     text: str
+    index: int = 0  # its place among its chunk's turns
 
 
 def _units(hits: Sequence[Hit]) -> list[_Unit]:
@@ -88,8 +90,8 @@ def _units(hits: Sequence[Hit]) -> list[_Unit]:
         offsets = hit.metadata.get("turn_offsets") or []
         if seqs and len(offsets) == len(seqs):
             units.extend(
-                _Unit(rank, hit, int(seq), hit.text[start:end])
-                for seq, (start, end) in zip(seqs, offsets, strict=True)
+                _Unit(rank, hit, int(seq), hit.text[start:end], index)
+                for index, (seq, (start, end)) in enumerate(zip(seqs, offsets, strict=True))
             )
         else:
             units.append(_Unit(rank, hit, None, hit.text))
@@ -99,10 +101,7 @@ def _units(hits: Sequence[Hit]) -> list[_Unit]:
 def _spoken(unit: _Unit) -> str:
     """What a turn says, without its speaker label (every line of a chunk has one, so the
     label would match any question that names the speaker)."""
-    if unit.seq is None:
-        return unit.text
-    _, _, said = unit.text.partition(": ")
-    return said or unit.text
+    return unit.text if unit.seq is None else spoken(unit.text)
 
 
 def _asks(unit: _Unit) -> bool:
@@ -196,15 +195,21 @@ def _similarities(
     query_vector: np.ndarray | None,
     embed: Embed | None,
     chunk_similarity: Mapping[str, float],
+    line_vectors: Mapping[str, np.ndarray],
 ) -> list[float | None]:
-    """Each unit's cosine with the question: its own vector when ``embed`` is given (the
-    turns embedded now), else its chunk's similarity from the vector side."""
+    """Each unit's cosine with the question: its turn's stored vector (the worker keeps one
+    per turn), else its line embedded now when ``embed`` is given (chunks indexed before
+    turn vectors were stored), else its chunk's similarity from the vector side."""
     if query_vector is None:
         return [None] * len(units)
     found: list[float | None] = [chunk_similarity.get(unit.hit.chunk_id) for unit in units]
-    lines = [
-        i for i, unit in enumerate(units) if unit.seq is not None and unit.rank < TURN_VECTOR_CHUNKS
-    ]
+    lines = []
+    for i, unit in enumerate(units):
+        stored = line_vectors.get(unit.hit.chunk_id)
+        if unit.seq is not None and stored is not None and unit.index < len(stored):
+            found[i] = float(stored[unit.index] @ query_vector)
+        elif unit.seq is not None and unit.rank < TURN_VECTOR_CHUNKS:
+            lines.append(i)
     if embed is not None and lines:
         vectors = embed([_spoken(units[i]) for i in lines])
         for i, value in zip(lines, vectors @ query_vector, strict=True):
@@ -235,6 +240,7 @@ def turn_hits(
     query_vector: np.ndarray | None = None,
     embed: Embed | None = None,
     chunk_similarity: Mapping[str, float] | None = None,
+    line_vectors: Mapping[str, np.ndarray] | None = None,
     vector_weight: float = 0.0,
     weight: float = TURN_WEIGHT,
     per_chunk: int = PER_CHUNK,
@@ -257,7 +263,9 @@ def turn_hits(
         hit.chunk_id: coverage(weights, idfs, _tokens(hit.text))
         for hit in {unit.hit.chunk_id: unit.hit for unit in units}.values()
     }
-    similarity = _similarities(units, query_vector, embed, chunk_similarity or {})
+    similarity = _similarities(
+        units, query_vector, embed, chunk_similarity or {}, line_vectors or {}
+    )
     own = [value for value in similarity if value is not None]
     low, span = (min(own), max(own) - min(own)) if own else (0.0, 0.0)
     vectors = [

@@ -118,6 +118,12 @@ class HybridSearcher:
         }
         query = clean_text(request.query_text)
         if turns:
+            stored = (
+                self.store.turn_vectors(request.tenant, list(rows))
+                if vector is not None and mode != "lexical"
+                else {}
+            )
+            dimension = self.embedding.dimension
             hits = turn_hits(
                 hits,
                 query,
@@ -125,6 +131,10 @@ class HybridSearcher:
                 query_vector=vector if mode != "lexical" else None,
                 embed=self.turn_vectors if self.embedding.embeds_turns else None,
                 chunk_similarity=similarity,
+                line_vectors={
+                    rows[rowid][0]: np.frombuffer(blob, np.float32).reshape(-1, dimension)
+                    for rowid, blob in stored.items()
+                },
                 vector_weight=self.vector_weight if mode == "hybrid" else 1.0,
             )
         else:

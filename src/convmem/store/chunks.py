@@ -11,9 +11,20 @@ from typing import Any, NamedTuple
 from convmem.store.dbapi import Connection
 from convmem.store.filters import dumps_list
 from convmem.store.governance import GovernanceTables
-from convmem.store.records import IndexBatch, IndexedChunk, next_change, select_in, text_digest
+from convmem.store.records import (
+    IndexBatch,
+    IndexedChunk,
+    matrix_bytes,
+    next_change,
+    select_in,
+    text_digest,
+)
 
 __all__ = ["ChunkTables", "ChunkWrite"]
+
+
+def _blob(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
 
 
 class ChunkWrite(NamedTuple):
@@ -33,23 +44,24 @@ class ChunkTables(GovernanceTables):
 
     def chunk_fingerprints(
         self, tenant: str, chunk_ids: Sequence[str]
-    ) -> dict[str, tuple[str, str, bytes]]:
-        """``chunk_id -> (text_sha256, model_id, vector)`` for live chunks with vectors."""
+    ) -> dict[str, tuple[str, str, bytes, bytes | None]]:
+        """``chunk_id -> (text_sha256, model_id, vector, turn_vectors)`` for live chunks
+        with vectors (``turn_vectors``: the rows of its turns' vectors, or None)."""
         rows = select_in(
             self._db(),
-            "SELECT chunk_id, text_sha256, model_id, vector FROM chunks WHERE tenant=? AND "
-            "deleted=0 AND vector IS NOT NULL AND chunk_id IN ({marks})",
+            "SELECT chunk_id, text_sha256, model_id, vector, turn_vectors FROM chunks WHERE "
+            "tenant=? AND deleted=0 AND vector IS NOT NULL AND chunk_id IN ({marks})",
             chunk_ids,
             before=[tenant],
         )
-        return {row[0]: (row[1], row[2], self._vector_bytes(row[3])) for row in rows}
+        return {row[0]: (row[1], row[2], self._vector_bytes(row[3]), _blob(row[4])) for row in rows}
 
     #: Chunk columns in the order of :meth:`_chunk_values`.
     CHUNK_COLUMNS = (
         "conversation_id, start_seq, end_seq, chunk_version, text, text_sha256, metadata, "
         "participants, speakers, intent_tag, ts_start, ts_end, provisional, origin, "
         "importance, category, expires_at, pinned, requires_confirmation, vector, model_id, "
-        "updated_at, change_seq"
+        "updated_at, change_seq, turn_vectors"
     )
 
     def _chunk_values(self, item: IndexedChunk, write: ChunkWrite) -> tuple[Any, ...]:
@@ -87,6 +99,7 @@ class ChunkTables(GovernanceTables):
             write.model_id,
             self.now(),
             write.change,
+            None if item.turn_vectors is None else matrix_bytes(item.turn_vectors),
         )
 
     def _upsert_chunk(
@@ -102,7 +115,7 @@ class ChunkTables(GovernanceTables):
             rowid = conn.execute(
                 f"INSERT INTO chunks ({self.CHUNK_COLUMNS}, tenant, chunk_id, deleted) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                f"{self.VECTOR_PARAM},?,?,?,?,?,0) RETURNING rowid",
+                f"{self.VECTOR_PARAM},?,?,?,?,?,?,0) RETURNING rowid",
                 (*values, tenant, record.chunk_id),
             ).fetchone()[0]
         else:
@@ -112,7 +125,7 @@ class ChunkTables(GovernanceTables):
                 "text=?, text_sha256=?, metadata=?, participants=?, speakers=?, intent_tag=?, "
                 "ts_start=?, ts_end=?, provisional=?, origin=?, importance=?, category=?, "
                 f"expires_at=?, pinned=?, requires_confirmation=?, vector={self.VECTOR_PARAM}, "
-                "model_id=?, updated_at=?, change_seq=?, deleted=0 WHERE rowid=?",
+                "model_id=?, updated_at=?, change_seq=?, turn_vectors=?, deleted=0 WHERE rowid=?",
                 (*values, rowid),
             )
             self._unindex(conn, [rowid])
@@ -227,7 +240,8 @@ class ChunkTables(GovernanceTables):
         change = next_change(conn)
         self._unindex(conn, rowids)
         conn.executemany(
-            "UPDATE chunks SET deleted=1, vector=NULL, updated_at=?, change_seq=?, "
+            "UPDATE chunks SET deleted=1, vector=NULL, turn_vectors=NULL, updated_at=?, "
+            "change_seq=?, "
             f"metadata={self.TOMBSTONE_METADATA} WHERE rowid=?",
             [(self.now(), change, rowid) for rowid in rowids],
         )

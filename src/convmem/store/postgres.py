@@ -73,6 +73,7 @@ def pg_ddl(sqlite_ddl: str) -> str:
         ddl,
     )
     ddl = re.sub(r"\bvector BLOB\b", "vector vector", ddl)
+    ddl = re.sub(r"\bBLOB\b", "BYTEA", ddl)
     ddl = re.sub(r"\bINTEGER\b", "BIGINT", ddl)
     ddl = re.sub(r"\bREAL\b", "DOUBLE PRECISION", ddl)
     return ddl
@@ -99,9 +100,10 @@ def _pg_sql(sql: str) -> str:
 class _Rows:
     """A finished read: rows fetched before the connection went back to the pool."""
 
-    def __init__(self, rows: list[Any], rowcount: int) -> None:
+    def __init__(self, rows: list[Any], rowcount: int, description: Any = None) -> None:
         self._rows = rows
         self.rowcount = rowcount
+        self.description = description
 
     def fetchone(self) -> Any:
         return self._rows[0] if self._rows else None
@@ -142,7 +144,7 @@ class _Reader:
         with self._store._connection() as conn:
             cursor = conn.execute(_pg_sql(sql), parameters or ())
             rows = cursor.fetchall() if cursor.description else []
-            return _Rows(rows, cursor.rowcount)
+            return _Rows(rows, cursor.rowcount, cursor.description)
 
     def executemany(self, sql: str, parameters: Any, /) -> Cursor:
         with self._store._write() as conn:

@@ -12,7 +12,7 @@ import numpy as np
 
 from convmem.store.contract import Backend
 from convmem.store.filters import FilterSpec, to_sql
-from convmem.store.records import next_change, select_in
+from convmem.store.records import matrix_bytes, next_change, select_in
 
 __all__ = ["ChunkReads"]
 
@@ -126,28 +126,52 @@ class ChunkReads(Backend):
 
     # -- maintenance -------------------------------------------------------------------
 
-    def iter_live_chunks(self, batch: int = 512) -> Iterator[list[tuple[int, str]]]:
-        """Live chunks' ``(rowid, text)`` in batches, across tenants (for reindex)."""
+    def iter_live_chunks(self, batch: int = 512) -> Iterator[list[tuple[int, str, dict[str, Any]]]]:
+        """Live chunks' ``(rowid, text, metadata)`` in batches, across tenants (for reindex)."""
         last = 0
         conn = self._db()
         while True:
             rows = conn.execute(
-                "SELECT rowid, text FROM chunks WHERE deleted=0 AND rowid > ? ORDER BY rowid LIMIT ?",
+                "SELECT rowid, text, metadata FROM chunks WHERE deleted=0 AND rowid > ? "
+                "ORDER BY rowid LIMIT ?",
                 (last, batch),
             ).fetchall()
             if not rows:
                 return
-            yield [(row[0], row[1]) for row in rows]
+            yield [(row[0], row[1], json.loads(row[2])) for row in rows]
             last = rows[-1][0]
 
-    def replace_vectors(self, rows: Sequence[tuple[int, np.ndarray]], model_id: str) -> None:
+    def replace_vectors(
+        self, rows: Sequence[tuple[int, np.ndarray, np.ndarray | None]], model_id: str
+    ) -> None:
+        """New vectors (and turn vectors, None for none) for live chunks, by rowid."""
         with self._write() as conn:
             change = next_change(conn)
             conn.executemany(
-                f"UPDATE chunks SET vector={self.VECTOR_PARAM}, model_id=?, change_seq=? "
-                "WHERE rowid=?",
-                [(self._vector_param(vector), model_id, change, rowid) for rowid, vector in rows],
+                f"UPDATE chunks SET vector={self.VECTOR_PARAM}, turn_vectors=?, model_id=?, "
+                "change_seq=? WHERE rowid=?",
+                [
+                    (
+                        self._vector_param(vector),
+                        None if lines is None else matrix_bytes(lines),
+                        model_id,
+                        change,
+                        rowid,
+                    )
+                    for rowid, vector, lines in rows
+                ],
             )
+
+    def turn_vectors(self, tenant: str, rowids: Sequence[int]) -> dict[int, bytes]:
+        """``rowid -> turn vectors`` (float32 rows back to back) of live chunks that have them."""
+        if not rowids:
+            return {}
+        rows = self._db().execute(
+            f"SELECT rowid, turn_vectors FROM chunks {self.NOT_INDEXED} WHERE tenant=? AND "
+            f"deleted=0 AND turn_vectors IS NOT NULL AND rowid IN ({','.join('?' * len(rowids))})",
+            [tenant, *rowids],
+        )
+        return {row[0]: bytes(row[1]) for row in rows}
 
     def stats(self, tenant: str) -> dict[str, Any]:
         conn = self._db()

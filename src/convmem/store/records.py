@@ -29,6 +29,7 @@ __all__ = [
     "MarkRow",
     "MarkWrite",
     "StoredTurn",
+    "matrix_bytes",
     "pid_alive",
     "select_in",
     "text_digest",
@@ -75,6 +76,8 @@ class IndexedChunk:
     record: ChunkRecord
     vector: np.ndarray
     tokens: Sequence[str]
+    # One row per turn the chunk holds (``turn_lines`` of its text), or None.
+    turn_vectors: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -169,3 +172,8 @@ def next_change(conn: Connection) -> int:
         "UPDATE SET value = CAST(CAST(meta.value AS BIGINT) + 1 AS TEXT) RETURNING value"
     ).fetchone()
     return int(row[0])
+
+
+def matrix_bytes(matrix: np.ndarray) -> bytes:
+    """A float32 matrix as the bytes a BLOB / bytea column keeps (rows back to back)."""
+    return np.ascontiguousarray(matrix, dtype=np.float32).tobytes()

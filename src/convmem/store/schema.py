@@ -4,10 +4,12 @@ numbered migrations, and what the ``meta`` table records."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from convmem.errors import StoreError
 from convmem.store.contract import Backend
+from convmem.store.dbapi import Connection
 from convmem.store.governance import GOVERNANCE_SCHEMA
 from convmem.store.keys import KEYS_SCHEMA
 from convmem.store.story import STORY_SCHEMA
@@ -17,7 +19,7 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "UPSERT_META", "SchemaTables"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: list[str] = [
     # 1: initial schema
@@ -113,9 +115,31 @@ MIGRATIONS: list[str] = [
     KEYS_SCHEMA,
     # 5: entity state snapshots of story projects
     STORY_SCHEMA,
+    # 6: each dialogue chunk keeps its turns' vectors (turn-level evidence)
+    "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS turn_vectors BLOB",
 ]
 
 UPSERT_META = "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+
+
+_ADD_COLUMN = re.compile(
+    r"^\s*ALTER TABLE (?P<table>\w+) ADD COLUMN IF NOT EXISTS (?P<column>\w+) (?P<type>.+)$",
+    re.DOTALL,
+)
+
+
+def _execute_once(conn: Connection, statement: str) -> None:
+    """Run a migration statement; ``ADD COLUMN IF NOT EXISTS`` (which SQLite lacks) is
+    checked against the table's columns first, so every migration can run again."""
+    match = _ADD_COLUMN.match(statement)
+    if match is None:
+        conn.execute(statement)
+        return
+    cursor = conn.execute(f"SELECT * FROM {match['table']} LIMIT 0")
+    if match["column"] not in [column[0] for column in cursor.description or []]:
+        conn.execute(
+            f"ALTER TABLE {match['table']} ADD COLUMN {match['column']} {match['type'].strip()}"
+        )
 
 
 class SchemaTables(Backend):
@@ -138,7 +162,7 @@ class SchemaTables(Backend):
             for version in range(current + 1, len(migrations) + 1):
                 for statement in migrations[version - 1].split(";"):
                     if statement.strip():
-                        conn.execute(statement)
+                        _execute_once(conn, statement)
                 conn.execute(
                     "INSERT INTO meta(key, value) VALUES ('schema_version', ?) " + UPSERT_META,
                     (str(version),),

@@ -26,6 +26,7 @@ from convmem.store import (
 )
 from convmem.text import tokenize
 from convmem.worker.prepare import Prepared, prepare
+from convmem.worker.vectors import embed_chunks
 
 __all__ = ["Indexer", "IndexerMetrics", "RetryPolicy"]
 
@@ -158,31 +159,46 @@ class Indexer:
     def _embed(self, prepared: Sequence[Prepared]) -> None:
         """Embed every new or changed chunk text of the batch in one call; reuse the rest."""
         model_id = self.embedding.model_id
-        vectors: dict[tuple[int, int], np.ndarray] = {}
+        dimension = self.embedding.dimension
+        vectors: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] = {}
         todo: list[tuple[int, int]] = []
-        texts: list[str] = []
         for position, item in enumerate(prepared):
             known = self.store.chunk_fingerprints(
                 item.tenant, [record.chunk_id for record in item.records]
             )
             for index, record in enumerate(item.records):
                 seen = known.get(record.chunk_id)
-                if seen is not None and seen[0] == text_digest(record.text) and seen[1] == model_id:
-                    vectors[position, index] = np.frombuffer(seen[2], dtype=np.float32)
+                lines = record.metadata.turn_offsets
+                if (
+                    seen is not None
+                    and seen[0] == text_digest(record.text)
+                    and seen[1] == model_id
+                    and (seen[3] is not None or not lines)
+                ):
+                    stored = None if seen[3] is None else _matrix(seen[3], dimension)
+                    vectors[position, index] = (np.frombuffer(seen[2], np.float32), stored)
                 else:
                     todo.append((position, index))
-                    texts.append(record.text)
-        if texts:
-            matrix = self.embedding.embed_array(texts)
-            for row, key in enumerate(todo):
-                vectors[key] = matrix[row]
+        if todo:
+            records = [prepared[position].records[index] for position, index in todo]
+            embedded = embed_chunks(
+                self.embedding, [(r.text, r.metadata.turn_offsets) for r in records]
+            )
+            vectors.update(zip(todo, embedded, strict=True))
         for position, item in enumerate(prepared):
             item.chunks = [
                 IndexedChunk(
-                    record=record, vector=vectors[position, index], tokens=tokenize(record.text)
+                    record=record,
+                    vector=vectors[position, index][0],
+                    tokens=tokenize(record.text),
+                    turn_vectors=vectors[position, index][1],
                 )
                 for index, record in enumerate(item.records)
             ]
+
+
+def _matrix(blob: bytes, dimension: int) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float32).reshape(-1, dimension)
 
 
 def _batch(item: Prepared) -> IndexBatch:
