@@ -145,3 +145,39 @@ def test_turn_vectors_are_cached_and_bounded() -> None:
     again = cache(["another line", "a third", "a fourth", "a line"])
     assert np.allclose(again[0], first[1]) and np.allclose(again[3], first[0])
     assert len(cache._cache) == 3  # bounded: the oldest line was let go
+
+
+def test_a_dialogue_window_query_is_pooled_towards_its_newest_turn(tmp_path: Path) -> None:
+    with Memory.open(
+        str(tmp_path / "window.db"), embedder=HashingEmbedder(), workers=0, marker=KeepAllMarker()
+    ) as memory:
+        memory.upsert_chunks(
+            [
+                {
+                    "chunk_id": "passport",
+                    "text": "护照 签证 护照 出入境 护照 换发",
+                    "metadata": {"conversation_id": "u", "turn_range": [0, 0]},
+                },
+                {
+                    "chunk_id": "cat",
+                    "text": "猫 猫粮 宠物医院",
+                    "metadata": {"conversation_id": "u", "turn_range": [1, 1]},
+                },
+            ]
+        )
+        window = "\n".join(
+            [
+                "用户: 护照 签证 护照 出入境 护照 换发 护照 签证 护照 出入境",
+                "助手: 好的",
+                "用户: 对了",
+                "用户: 猫 猫粮 宠物医院",
+            ]
+        )
+        # one vector of the whole window is dominated by its long first lines ...
+        whole = memory.search(
+            window, top_k=2, mode="vector", min_score=0, query_vector=memory.embed_query(window)
+        )
+        assert whole[0].chunk_id == "passport"
+        # ... the window's own search pools its lines towards the newest turn
+        pooled = memory.search(window, top_k=2, mode="vector", min_score=0)
+        assert pooled[0].chunk_id == "cat"

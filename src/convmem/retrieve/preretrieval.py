@@ -27,7 +27,7 @@ Failures of LLM variants are recorded in ``data["pre_retrieval_errors"]``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -306,3 +306,12 @@ def _pool_dialogue(
     pooled = weights @ matrix
     norm = float(np.linalg.norm(pooled))
     return [float(x) for x in (pooled / norm if norm > 0 else matrix[-1])]
+
+
+def dialogue_vector(lines: list[str], embed: Callable[[Sequence[str]], Any]) -> list[float]:
+    """The dialogue view of a query that is a dialogue window (one ``speaker: text`` line
+    per turn): each line embedded, pooled towards the newest, assistant lines at half
+    weight. ``embed`` embeds a list of texts (the query side of the model)."""
+    turns = _dialogue_turns({"question": "\n".join(lines)}, lines)
+    vectors = embed([text for _, text in turns])
+    return _pool_dialogue([list(map(float, row)) for row in vectors], turns, {})

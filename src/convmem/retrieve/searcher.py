@@ -25,6 +25,7 @@ from convmem.models import Hit
 from convmem.retrieve.calibration import Calibration, calibrate, calibration_for
 from convmem.retrieve.evidence import chunk_evidence, turn_hits
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse
+from convmem.retrieve.preretrieval import dialogue_vector
 from convmem.retrieve.request import GRANULARITIES, SearchRequest
 from convmem.store import SQLStore, parse_filters
 from convmem.store.ann import AnnIndex
@@ -34,7 +35,10 @@ from convmem.text import clean_text, tokenize
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
 
-__all__ = ["HybridSearcher"]
+__all__ = ["DIALOGUE_LINES", "HybridSearcher"]
+
+# A query of this many lines or more is a dialogue window (see HybridSearcher._embed_query).
+DIALOGUE_LINES = 3
 
 logger = logging.getLogger(__name__)
 
@@ -161,13 +165,24 @@ class HybridSearcher:
             return None
         query = clean_text(request.query_text)
         if request.mode == "vector":
-            return np.asarray(self.embedding.embed_query_array([query])[0], dtype=np.float32)
+            return self._embed_query(query)
         try:
-            return np.asarray(self.embedding.embed_query_array([query])[0], dtype=np.float32)
+            return self._embed_query(query)
         except EmbedderError as exc:
             logger.warning("query embedding failed, searching lexically: %s", exc)
             self.degraded.inc()
             return None
+
+    def _embed_query(self, query: str) -> np.ndarray:
+        """The query's vector; a query that is a dialogue window (``DIALOGUE_LINES`` or more
+        lines) is embedded line by line and pooled towards its newest turn (the dialogue
+        view of :mod:`convmem.retrieve.preretrieval`): one vector of the whole window lets
+        its first lines dominate and is cut at the model's length limit."""
+        lines = [line.strip() for line in query.splitlines() if line.strip()]
+        if len(lines) >= DIALOGUE_LINES:
+            pooled = dialogue_vector(lines, self.embedding.embed_query_array)
+            return np.asarray(pooled, dtype=np.float32)
+        return np.asarray(self.embedding.embed_query_array([query])[0], dtype=np.float32)
 
     def _vector_candidates(
         self, tenant: str, spec: FilterSpec, vector: np.ndarray, pool: int
