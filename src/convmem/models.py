@@ -306,7 +306,13 @@ class ChunkRecord(BaseModel):
 
 
 class Hit(BaseModel):
-    """One search result. ``score``: higher is better."""
+    """One search result.
+
+    ``score``: higher is better. From ``Memory.search`` (and every path with ``min_score``)
+    it is a calibrated relevance in [0, 1], the same scale for every query, never higher
+    than the hit above it; ``metadata["rank_score"]`` keeps the fused ranking score. A
+    turn-level hit's ``text`` is its evidence turn and ``context`` the chunk around it.
+    """
 
     model_config = ConfigDict(frozen=True)
 
