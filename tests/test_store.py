@@ -199,3 +199,14 @@ def test_connections_of_ended_threads_are_closed(tmp_path: Path) -> None:
         assert store.open_connections <= 3
         cache = store._db().execute("PRAGMA cache_size").fetchone()[0]
         assert cache == -8192
+
+
+def test_postgres_urls_keep_spaces_in_options_as_libpq_reads_them() -> None:
+    from convmem.store.postgres import _parse_url
+
+    conninfo, schema = _parse_url(
+        "postgres://u@h:5432/db?schema=tenant_a&options=-c%20statement_timeout%3D5000"
+    )
+    assert schema == "tenant_a" and "schema=" not in conninfo
+    assert conninfo.startswith("postgresql://u@h:5432/db?")
+    assert "options=-c%20statement_timeout%3D5000" in conninfo and "+" not in conninfo

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
@@ -418,7 +418,9 @@ def _parse_url(url: str) -> tuple[str, str | None]:
             field="url",
         )
     scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
-    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), "")), schema
+    # libpq decodes %XX in a URL but not "+": a space must travel as %20
+    encoded = urlencode(query, quote_via=quote)
+    return urlunsplit((scheme, parts.netloc, parts.path, encoded, "")), schema
 
 
 def _redact(url: str) -> str:
