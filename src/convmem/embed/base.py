@@ -37,6 +37,7 @@ __all__ = [
     "embeds_turns",
     "fusion_weight",
     "normalise_rows",
+    "window_boost",
 ]
 
 Vectors = npt.NDArray[np.float32]
@@ -104,6 +105,15 @@ def fusion_weight(embedder: object, fusion: str | None = None) -> float:
                 return found
     found = _weight(getattr(embedder, "fusion_weight", None))
     return found if found is not None else DEFAULT_FUSION_WEIGHT
+
+
+def window_boost(embedder: object) -> float:
+    """How much more a dialogue-window query (several lines) weighs this model's vector
+    ranking: ``window_fusion_weight / fusion_weight`` (1 when the model sets none). A
+    window's many words are mostly beside the point; a neural model's pooled vector is not."""
+    window = _weight(getattr(embedder, "window_fusion_weight", None))
+    base = fusion_weight(embedder)
+    return window / base if window is not None and base > 0 else 1.0
 
 
 def embeds_turns(embedder: object) -> bool:

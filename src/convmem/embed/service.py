@@ -7,7 +7,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from convmem.embed.base import Embedder, Vectors, embed_query, embeds_turns, fusion_weight
+from convmem.embed.base import (
+    Embedder,
+    Vectors,
+    embed_query,
+    embeds_turns,
+    fusion_weight,
+    window_boost,
+)
 from convmem.errors import EmbedderError
 from convmem.metrics import Histogram
 
@@ -61,6 +68,11 @@ class EmbeddingService:
     def fusion_weight(self) -> float:
         """The vector weight rrf hybrid fusion should use with this model (see embed.base)."""
         return fusion_weight(self.embedder)
+
+    @property
+    def window_boost(self) -> float:
+        """How much more a dialogue-window query weighs this model's vector ranking."""
+        return window_boost(self.embedder)
 
     @property
     def embeds_turns(self) -> bool:

@@ -54,6 +54,8 @@ class UsemEmbedder:
     CONVEX_FUSION_WEIGHT = 0.7
     # ~100 short lines embed in a few ms on one thread: search may embed candidate turns.
     embeds_turns = True
+    # rrf weight for a dialogue-window query (MADial: R@5 zh .581 -> .622, en .604 -> .628)
+    window_fusion_weight = 0.8
 
     def __init__(self, *, threads: int | None = None, fusion_weight: float | None = None) -> None:
         try:

@@ -92,8 +92,8 @@ class HybridSearcher:
         began = time.perf_counter()
         pool = request.candidates or max(50, request.top_k * 5)
         rankings: list[tuple[float, list[tuple[int, float]]]] = []
+        weight = self._vector_weight(request.query_text) if mode == "hybrid" else 1.0
         if mode != "lexical" and vector is not None:
-            weight = self.vector_weight if mode == "hybrid" else 1.0
             rankings.append((weight, self._vector_candidates(request.tenant, spec, vector, pool)))
         if mode != "vector":
             tokens = tokenize(clean_text(request.query_text))
@@ -139,7 +139,7 @@ class HybridSearcher:
                     rows[rowid][0]: np.frombuffer(blob, np.float32).reshape(-1, dimension)
                     for rowid, blob in stored.items()
                 },
-                vector_weight=self.vector_weight if mode == "hybrid" else 1.0,
+                vector_weight=weight,
             )
         else:
             hits = chunk_evidence(hits, query, similarity)
@@ -172,6 +172,13 @@ class HybridSearcher:
             logger.warning("query embedding failed, searching lexically: %s", exc)
             self.degraded.inc()
             return None
+
+    def _vector_weight(self, query: str) -> float:
+        """The model's weight of the vector ranking; for a dialogue window, times the model's
+        ``window_boost`` (see :func:`convmem.embed.base.window_boost`)."""
+        if len([line for line in query.splitlines() if line.strip()]) >= DIALOGUE_LINES:
+            return self.vector_weight * self.embedding.window_boost
+        return self.vector_weight
 
     def _embed_query(self, query: str) -> np.ndarray:
         """The query's vector; a query that is a dialogue window (``DIALOGUE_LINES`` or more
