@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from convmem.governance.chat_zh import HABIT_ZH, small_talk_zh, transient_state_zh
 from convmem.governance.marker import MarkerBase, MarkTurn
 from convmem.governance.policy import GovernancePolicy, policy_key
 from convmem.governance.schema import TurnMark
@@ -52,6 +53,9 @@ _REFERENCE_FILLER = _rx(
 )
 
 
+_POINTS_BACK = re.compile(r"这个|这些|这段|这条|这点|这一点|上面|刚才|前面|之前")
+
+
 @dataclass(frozen=True)
 class SaveIntent:
     """A save request in a turn; ``self_contained``: the turn itself holds what to save."""
@@ -70,7 +74,10 @@ def save_intent(text: str) -> SaveIntent | None:
     rest = _REFERENCE_FILLER.sub(" ", rest)
     cjk = sum(1 for ch in rest if "\u4e00" <= ch <= "\u9fff")
     words = re.findall(r"[A-Za-z0-9]+", rest)
-    return SaveIntent(cue=match.group(0).strip(), self_contained=cjk >= 4 or len(words) >= 3)
+    # "记住这个方案，我以后按这个来" points back at what came before; only a longer
+    # statement next to such a reference is the thing to save.
+    needed = 8 if _POINTS_BACK.search(text) else 4
+    return SaveIntent(cue=match.group(0).strip(), self_contained=cjk >= needed or len(words) >= 3)
 
 
 # -- category cues ----------------------------------------------------------------------
@@ -79,7 +86,9 @@ RULE = _rx(
     r"(以后|今后|永远|千万|一定)?(不要|别再|不许|不准|禁止|请勿|务必)",
     r"(以后|今后|每次)都?(要|请|用|叫)",
     r"叫我|称呼我",
-    r"过敏|忌口|我不吃|我不喝",
+    r"(以后|今后|每次|下次).{0,12}(别|不要|不用)",
+    r"^(请)?别(再)?(用|叫|发|打|推荐|订|放|给我)",
+    r"过敏|忌口|我不吃|我不喝|吃素|素食",
     r"\b(don't|do not|never) (ever )?(call|use|send|share|tell|mention|suggest|recommend|book|schedule)\b",
     r"\b(always|from now on|in the future)\b.{0,40}\b(use|call|reply|answer|write|send)\b",
     r"\bcall me\b",
@@ -88,6 +97,9 @@ RULE = _rx(
 PREFERENCE = _rx(
     r"我(很|最|比较|特别|非常|还是|更)?(喜欢|爱吃|爱喝|爱看|偏好|讨厌|不喜欢|受不了|习惯|倾向于)",
     r"我(最)?喜欢的",
+    r"(我们|我们家|咱们|她|他|孩子|女儿|儿子|老婆|老公|爸|妈)(都|也)?(很|最|比较|特别|非常)?"
+    r"(喜欢|爱吃|爱喝|爱看|不喜欢|讨厌)",
+    HABIT_ZH.pattern,
     r"\bi (really |do |don't |do not |much )?(like|love|prefer|hate|enjoy|dislike|can't stand)\b",
     r"\bmy (all-time )?favou?rite\b",
 )
@@ -115,6 +127,7 @@ TASK = _rx(
 DONE = _rx(
     r"(已经|已)(完成|做完|搞定|办好|提交|交了|发了|订好)",
     r"(做完|搞定|完成)了",
+    r"(已经|已)[\u4e00-\u9fff]{1,3}(完|好)了",
     r"\b(i've|i have|we've|we have) (finished|completed|submitted|sent|done)\b",
     r"\b(it's|it is|that's) done\b",
     r"\bi (finished|completed|submitted)\b",
@@ -139,10 +152,11 @@ CONFIRMS = _rx(
 )
 COMMITMENT_AI = _rx(
     r"我(会|将)(在|于)?.{0,12}(提醒你|通知你|帮你)",
-    r"(已|已经)(为你|帮你|为您|帮您)(预约|预订|安排|设置|创建|记下|保存)",
+    # "已经帮你记下了" acknowledges a save (the user's pin covers it); not a commitment.
+    r"(已|已经)(为你|帮你|为您|帮您)(预约|预订|安排|设置|创建)",
     r"(好的|没问题|会|将|届时).{0,10}(提醒|通知)(您|你)",
     r"\bi(?:'ll| will) remind you\b",
-    r"\bi(?:'ve| have) (booked|scheduled|set up|created|saved|noted)\b",
+    r"\bi(?:'ve| have) (booked|scheduled|set up|created)\b",
 )
 
 # -- value score for turns without a cue ---------------------------------------------
@@ -297,8 +311,12 @@ class RuleMarker(MarkerBase):
                 return _keep(
                     turn, policy, category, subtype, level, importance, reason, done=task_done
                 )
+        small_talk = small_talk_zh(text)
+        if small_talk is not None:
+            return _drop(turn, f"small talk: {small_talk}")
         score = value_score(text)
         if score >= policy.keep_threshold:
+            transient = transient_state_zh(text)
             return _keep(
                 turn,
                 policy,
@@ -306,7 +324,9 @@ class RuleMarker(MarkerBase):
                 None,
                 "S0_user_claim",
                 round(min(0.3 + 0.05 * score, 0.6), 3),
-                f"user statement with information (score {score:.2f})",
+                ("passing state" if transient else "user statement with information")
+                + f" (score {score:.2f})",
+                transient=transient,
             )
         if question:
             return _drop(turn, f"question without information (score {score:.2f})")
@@ -327,8 +347,9 @@ def _keep(
     reason: str,
     *,
     done: bool = False,
+    transient: bool = False,
 ) -> TurnMark:
-    rule = policy.rule(policy_key(category, evidence, task_done=done))
+    rule = policy.rule(policy_key(category, evidence, task_done=done, transient=transient))
     return TurnMark.model_validate(
         {
             "turn_id": turn.turn_id,
