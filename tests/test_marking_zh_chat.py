@@ -27,6 +27,8 @@ def _one(text: str, role: str = "user", policy: GovernancePolicy | None = None) 
         "周末好无聊啊",
         "给我讲个笑话吧",
         "晚安",
+        "上次你推荐的那家餐厅真不错！",
+        "这种天气最适合在家吃火锅了",
     ],
 )
 def test_chinese_small_talk_is_dropped_with_a_reason(text: str) -> None:
@@ -44,6 +46,7 @@ def test_chinese_small_talk_is_dropped_with_a_reason(text: str) -> None:
         "我有两个孩子",
         "旧的那个号码下个月就停用了。",
         "哦不对，他去年已经跳槽到小米了。",
+        "我觉得楼下那家面馆最好吃，每周都去两次。",
     ],
 )
 def test_short_or_casual_turns_with_information_are_kept(text: str) -> None:

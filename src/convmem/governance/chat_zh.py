@@ -31,6 +31,11 @@ _CHAT_ONLY = re.compile(
     r"打(个)?招呼|讲个笑话|再来一个|陪我聊|随便聊|聊聊天|好无聊|无聊死|你(真|可真|太)会|你真(靠谱|好|方便)|"
     r"你(是|会).{0,6}[吗呢]|真羡慕|快点来|冲冲冲"
 )
+# A passing judgement ("那家餐厅真不错", "这种天气最适合吃火锅了"): without "我" it says
+# nothing about the user.
+_VERDICT = re.compile(
+    r"(真|太|好|挺|很|超|最|特别)(的)?(不错|好吃|好喝|好看|好玩|好听|舒服|可爱|适合|厉害|棒|香|美|贵|便宜|漂亮|有意思)"
+)
 # What makes a short turn worth keeping anyway: a number, a count or a date.
 _NUMBER = re.compile(
     r"\d|[两二三四五六七八九十百千万]+(个|岁|年|月|号|日|天|点|口|只|次|块|元|斤|层|室|楼)"
@@ -63,7 +68,8 @@ def small_talk_zh(text: str) -> str | None:
     laughter, chat about the chat), or None when it may carry information.
 
     A turn is small talk when every clause is an acknowledgement or laughter, when it
-    is chat about the conversation itself, or when what is left after those clauses is a
+    is chat about the conversation itself or a passing judgement without "我" ("那家餐厅
+    真不错"), or when what is left after those clauses is a
     short remark (fewer than 8 Chinese characters) naming no number, date, person or
     life event.
     """
@@ -77,6 +83,8 @@ def small_talk_zh(text: str) -> str | None:
     if _CHAT_ONLY.search(remainder) and not _NUMBER.search(remainder):
         return "chat about the conversation itself"
     anchored = _NUMBER.search(remainder) or _ANCHOR.search(remainder)
+    if _VERDICT.search(remainder) and "我" not in remainder and not anchored:
+        return "a passing judgement, nothing about the user"
     if len(_CJK.findall(remainder)) < 8 and not anchored:
         return "short remark without information"
     return None
