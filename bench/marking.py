@@ -6,10 +6,11 @@
    `keep_threshold` (the default is marked).
 2. A small Chinese agent-style set written for this repository (bench/data/marking_zh.jsonl),
    labelled by the seed's policy: accuracy, keep recall, drop share.
-3. Chinese daily-life chat (bench/data/marking_zh_chat.jsonl, 345 turns, hand-labelled with
+3. Chinese daily-life chat (bench/data/marking_zh_chat.jsonl, 501 turns, hand-labelled with
    category and TTL class): keep precision and recall, category accuracy and TTL agreement
-   (over turns both labelled and marked keep), reported for the ``dev`` half (tuned on)
-   and the ``heldout`` half (not tuned on) separately.
+   (over turns both labelled and marked keep), reported per split: ``dev`` (tuned on in
+   round 1), ``dev2`` (held out in round 1, tuned on in round 2) and ``heldout`` (written
+   before round 2, never tuned on).
 4. With --retrieval: LoCoMo evidence recall through the whole write path with marking on
    (rules) and off (keep-all), side by side in one run.
 
@@ -212,7 +213,7 @@ def _chat_split(rows: list[dict[str, Any]], policy: GovernancePolicy) -> dict[st
 
 def run_chat_set() -> dict[str, Any]:
     """bench/data/marking_zh_chat.jsonl: Chinese daily-life chat, labelled keep/drop with
-    category and TTL class; ``dev`` conversations were tuned on, ``heldout`` were not."""
+    category and TTL class; figures per split (``heldout`` was never tuned on)."""
     rows = [
         json.loads(line)
         for line in (HERE / "data" / "marking_zh_chat.jsonl")
@@ -221,9 +222,10 @@ def run_chat_set() -> dict[str, Any]:
         if line.strip()
     ]
     policy = GovernancePolicy()
+    splits = dict.fromkeys(row["split"] for row in rows)
     return {
         split: _chat_split([row for row in rows if row["split"] == split], policy)
-        for split in ("dev", "heldout")
+        for split in splits
     }
 
 
