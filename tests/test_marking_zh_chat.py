@@ -64,6 +64,13 @@ def test_short_or_casual_turns_with_information_are_kept(text: str) -> None:
         ("以后回复我的时候别用太多表情符号。", "rule", "permanent", 0),
         ("我现在在吃素，一点肉都不吃。", "rule", "permanent", 0),
         ("这个月的信用卡我已经还完了。", "task", "temporary", 7 * DAY),
+        ("快递放门口就行，不用打电话。", "preference", "until_changed", 0),
+        ("我是金卡会员，尽量订东航的。", "preference", "until_changed", 0),
+        ("他不能吃海鲜，一吃就起疹子。", "rule", "permanent", 0),
+        ("我们家不吃猪肉的，我是帮邻居问的。", "rule", "permanent", 0),
+        ("要，五点半叫我起床。", "task", "temporary", 30 * DAY),
+        ("国庆节我打算回青岛看他们。", "task", "temporary", 30 * DAY),
+        ("叫我小林就行。", "rule", "permanent", 0),
     ],
 )
 def test_preferences_rules_and_done_tasks_get_their_row(
@@ -124,3 +131,12 @@ def test_a_save_request_that_points_back_pins_the_turns_before_it(text: str) -> 
 def test_a_save_request_with_its_own_content_stays_self_contained() -> None:
     intent = save_intent("记住，我家的WiFi密码是lin20180808。")
     assert intent is not None and intent.self_contained
+
+
+def test_asking_about_vegetarian_food_is_not_a_diet_rule() -> None:
+    assert _one("你知道附近有素食餐厅吗？").category != "rule"
+    assert _one("我现在在吃素。").category == "rule"
+
+
+def test_a_question_without_a_question_mark_is_not_information() -> None:
+    assert not _one("今天的快递怎么还没到").keep

@@ -85,10 +85,14 @@ def save_intent(text: str) -> SaveIntent | None:
 RULE = _rx(
     r"(以后|今后|永远|千万|一定)?(不要|别再|不许|不准|禁止|请勿|务必)",
     r"(以后|今后|每次)都?(要|请|用|叫)",
-    r"叫我|称呼我",
+    # "叫我小林" names the user; "五点半叫我起床" is a wake-up request (a task).
+    r"叫我(?!起床|起来|一声|一下|吃饭|过去|过来)|称呼我",
     r"(以后|今后|每次|下次).{0,12}(别|不要|不用)",
     r"^(请)?别(再)?(用|叫|发|打|推荐|订|放|给我)",
-    r"过敏|忌口|我不吃|我不喝|吃素|素食",
+    r"过敏|忌口|我不吃|我不喝|我.{0,4}(吃素|素食)",
+    # someone the user cares for: "他不能吃海鲜", "我们家不吃猪肉"
+    r"(我|我们|我们家|咱家|他|她|孩子|女儿|儿子|老公|老婆|爸|妈)(也|都)?(不能|不可以|不敢)(吃|喝)",
+    r"(我们家|咱家|他|她|孩子|女儿|儿子|老公|老婆|爸|妈)(也|都|从来)?(不吃|不喝)",
     r"\b(don't|do not|never) (ever )?(call|use|send|share|tell|mention|suggest|recommend|book|schedule)\b",
     r"\b(always|from now on|in the future)\b.{0,40}\b(use|call|reply|answer|write|send)\b",
     r"\bcall me\b",
@@ -100,6 +104,9 @@ PREFERENCE = _rx(
     r"(我们|我们家|咱们|她|他|孩子|女儿|儿子|老婆|老公|爸|妈)(都|也)?(很|最|比较|特别|非常)?"
     r"(喜欢|爱吃|爱喝|爱看|不喜欢|讨厌)",
     HABIT_ZH.pattern,
+    r"尽量(订|选|用|买|坐|住|安排)",
+    # a standing instruction: "快递放门口就行，不用打电话"
+    r"[\u4e00-\u9fff]{2,12}就(行|好|可以)了?[，,。\s]*(不用|不要|不必|别)",
     r"\bi (really |do |don't |do not |much )?(like|love|prefer|hate|enjoy|dislike|can't stand)\b",
     r"\bmy (all-time )?favou?rite\b",
 )
@@ -117,7 +124,8 @@ PROFILE = _rx(
 TASK = _rx(
     r"提醒我|帮我(订|约|预约|安排|查|写|发|买|改|整理|准备)",
     r"(截止|期限|之前|前)(要|得|需要)?(完成|提交|交)",
-    r"待办|我(要|得|需要|打算|计划|准备)(在|去|把|做|完成|提交|交)",
+    r"待办|我(要|得|需要|打算|计划|准备)(在|去|回|把|做|完成|提交|交|办|带|搬|参加)",
+    r"叫我起床|叫醒我",
     r"\bremind me\b",
     r"\b(deadline|due (on|by)|to-?do)\b",
     r"\bi (need|have|want|plan) to\b",
@@ -186,6 +194,8 @@ OPENER = _rx(
     r"omg|totally|absolutely|yes|right|ok|okay)\b",
     r"^\s*(哇|哈哈|谢谢|好的|嗯|哦|太好了|太棒了|不错|真棒|加油|你好|早上好|晚安|好吧|是的|对)",
 )
+# A question without a question mark: "今天的快递怎么还没到".
+RHETORICAL_ZH = re.compile(r"(怎么|为什么|为啥|咋)(还|又|都|就)?(没|不)")
 YOU = _rx(r"\byou\b|\byour\b|你")
 SENTENCES = re.compile(r"(?<=[.!?。！？])\s*|\n+")
 PHOTO = re.compile(r"\[shares a photo:[^\]]*\]")
@@ -216,7 +226,7 @@ def value_score(text: str) -> float:
     """
     disclosure = temporal = content = 0
     for sentence in _sentences(text):
-        if sentence.endswith(("?", "？", "吗", "呢")):
+        if sentence.endswith(("?", "？", "吗", "呢")) or RHETORICAL_ZH.search(sentence):
             continue
         rest = REACTION.sub(" ", sentence)
         about_self = bool(FIRST_PERSON.search(rest) or FIRST_PERSON_ZH.search(rest))
