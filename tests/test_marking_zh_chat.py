@@ -140,3 +140,13 @@ def test_asking_about_vegetarian_food_is_not_a_diet_rule() -> None:
 
 def test_a_question_without_a_question_mark_is_not_information() -> None:
     assert not _one("今天的快递怎么还没到").keep
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["房东姓赵，电话是18621009876。", "前台座机010-62751234", "发到 lin.xiao@example.com 就行"],
+)
+def test_contact_details_are_kept_as_facts(text: str) -> None:
+    mark = _one(text)
+    assert mark.keep and mark.category == "fact"
+    assert mark.ttl_seconds == 180 * DAY

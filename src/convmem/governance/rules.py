@@ -121,6 +121,11 @@ PROFILE = _rx(
     r"\bi(?:'m| am) from\b",
     r"\bmy (birthday|wife|husband|partner|son|daughter|kids|children|job|email|phone)\b",
 )
+# Contact details are worth keeping whoever they belong to: a mobile or landline number,
+# an email address.
+CONTACT = _rx(
+    r"(?<!\d)1[3-9]\d{9}(?!\d)", r"(?<!\d)0\d{2,3}-?\d{7,8}(?!\d)", r"[\w.+-]+@[\w-]+\.[a-z]{2,}"
+)
 TASK = _rx(
     r"提醒我|帮我(订|约|预约|安排|查|写|发|买|改|整理|准备)",
     r"(截止|期限|之前|前)(要|得|需要)?(完成|提交|交)",
@@ -260,6 +265,7 @@ USER_CUES: tuple[tuple[re.Pattern[str], bool, tuple[str, str | None, str, float,
         False,
         ("fact", "profile", "S0_user_claim", 0.7, "stable information about the user"),
     ),
+    (CONTACT, False, ("fact", None, "S0_user_claim", 0.7, "contact details")),
 )
 
 
