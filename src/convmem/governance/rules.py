@@ -124,7 +124,9 @@ PROFILE = _rx(
 # Contact details are worth keeping whoever they belong to: a mobile or landline number,
 # an email address.
 CONTACT = _rx(
-    r"(?<!\d)1[3-9]\d{9}(?!\d)", r"(?<!\d)0\d{2,3}-?\d{7,8}(?!\d)", r"[\w.+-]+@[\w-]+\.[a-z]{2,}"
+    r"(?<!\d)1[3-9]\d{9}(?!\d)",
+    r"(?<!\d)0\d{2,3}-?\d{7,8}(?!\d)",
+    r"\w@[\w-]+\.[a-z]{2,}",  # not [\w.]+@: that retries the rest of a word at each letter
 )
 TASK = _rx(
     r"提醒我|帮我(订|约|预约|安排|查|写|发|买|改|整理|准备)",
