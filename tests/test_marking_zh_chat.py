@@ -47,6 +47,7 @@ def test_chinese_small_talk_is_dropped_with_a_reason(text: str) -> None:
         "旧的那个号码下个月就停用了。",
         "哦不对，他去年已经跳槽到小米了。",
         "我觉得楼下那家面馆最好吃，每周都去两次。",
+        "护照明年过期",
     ],
 )
 def test_short_or_casual_turns_with_information_are_kept(text: str) -> None:

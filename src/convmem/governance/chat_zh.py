@@ -45,6 +45,7 @@ _ANCHOR = re.compile(
     r"老婆|老公|妻子|丈夫|女儿|儿子|孩子|爸|妈|爷爷|奶奶|外公|外婆|哥|姐|弟|妹|女朋友|男朋友|"
     r"对象|同事|领导|老板|室友|邻居|猫|狗|怀孕|结婚|离婚|生病|住院|搬家|换工作|辞职|入职|毕业|养了|买了"
 )
+_PARTICLE_END = re.compile(r"[吧啊呀嘛呗啦哦哈滴嘞咯]\W*$")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 # Near-day times and passing states: "今天有点累", "这两天感冒了", "明天六点就得出门".
@@ -69,7 +70,8 @@ def small_talk_zh(text: str) -> str | None:
 
     A turn is small talk when every clause is an acknowledgement or laughter, when it
     is chat about the conversation itself or a passing judgement without "我" ("那家餐厅
-    真不错"), or when what is left after those clauses is a
+    真不错"), or when a chatty turn (an acknowledgement, laughter or a closing particle
+    such as 吧/啊) leaves after those clauses a
     short remark (fewer than 8 Chinese characters) naming no number, date, person or
     life event.
     """
@@ -83,9 +85,11 @@ def small_talk_zh(text: str) -> str | None:
     if _CHAT_ONLY.search(remainder) and not _NUMBER.search(remainder):
         return "chat about the conversation itself"
     anchored = _NUMBER.search(remainder) or _ANCHOR.search(remainder)
+    # Only chatty turns: "护照明年过期" is short and plain, and a fact.
+    chatty = len(rest) < len(clauses) or _LAUGHTER.search(text) or _PARTICLE_END.search(text)
     if _VERDICT.search(remainder) and "我" not in remainder and not anchored:
         return "a passing judgement, nothing about the user"
-    if len(_CJK.findall(remainder)) < 8 and not anchored:
+    if chatty and len(_CJK.findall(remainder)) < 8 and not anchored:
         return "short remark without information"
     return None
 
