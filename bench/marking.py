@@ -6,7 +6,12 @@
    `keep_threshold` (the default is marked).
 2. A small Chinese agent-style set written for this repository (bench/data/marking_zh.jsonl),
    labelled by the seed's policy: accuracy, keep recall, drop share.
-3. With --retrieval: LoCoMo evidence recall through the whole write path with marking on
+3. Chinese daily-life chat (bench/data/marking_zh_chat.jsonl, 501 turns, hand-labelled with
+   category and TTL class): keep precision and recall, category accuracy and TTL agreement
+   (over turns both labelled and marked keep), reported per split: ``dev`` (tuned on in
+   round 1), ``dev2`` (held out in round 1, tuned on in round 2) and ``heldout`` (written
+   before round 2, never tuned on).
+4. With --retrieval: LoCoMo evidence recall through the whole write path with marking on
    (rules) and off (keep-all), side by side in one run.
 
     python bench/marking.py --out bench/results/marking.json
@@ -28,7 +33,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from convmem.governance import GovernancePolicy, MarkTurn, RuleMarker, derive
+from convmem.governance import GovernancePolicy, MarkTurn, RuleMarker, TurnMark, derive
+from convmem.governance.policy import DAY
 from convmem.ingest.formats import locomo_conversation
 
 HERE = Path(__file__).resolve().parent
@@ -41,8 +47,8 @@ def _dia(value: str) -> str | None:
     return f"D{int(match.group(1))}:{int(match.group(2))}" if match else None
 
 
-def effective_keep(turns: list[dict[str, Any]], policy: GovernancePolicy) -> dict[int, bool]:
-    """turn_id -> kept, as the worker would mark one conversation."""
+def effective_marks(turns: list[dict[str, Any]], policy: GovernancePolicy) -> dict[int, TurnMark]:
+    """turn_id -> effective mark, as the worker would mark one conversation."""
     marker = RuleMarker()
     mark_turns = [
         MarkTurn(
@@ -62,7 +68,12 @@ def effective_keep(turns: list[dict[str, Any]], policy: GovernancePolicy) -> dic
     derived = derive(
         "bench", mark_turns, base, policy, new_from=0, accepted_at={t.seq: 0.0 for t in mark_turns}
     )
-    return {turn.seq: derived.effective[turn.seq].keep for turn in mark_turns}
+    return {turn.seq: derived.effective[turn.seq] for turn in mark_turns}
+
+
+def effective_keep(turns: list[dict[str, Any]], policy: GovernancePolicy) -> dict[int, bool]:
+    """turn_id -> kept, as the worker would mark one conversation."""
+    return {seq: mark.keep for seq, mark in effective_marks(turns, policy).items()}
 
 
 def run_locomo_labels() -> dict[str, Any]:
@@ -155,6 +166,69 @@ def run_chinese_set() -> dict[str, Any]:
     }
 
 
+def ttl_class(mark: TurnMark) -> str:
+    """The label's TTL class of a kept mark: ``long`` (ttl 0) or whole days ("180d")."""
+    return "long" if mark.ttl_seconds == 0 else f"{round(mark.ttl_seconds / DAY)}d"
+
+
+def _chat_split(rows: list[dict[str, Any]], policy: GovernancePolicy) -> dict[str, Any]:
+    by_conversation: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_conversation.setdefault(row["conversation_id"], []).append(row)
+    want_keep = got_keep = both = category_ok = ttl_ok = 0
+    mistakes = []
+    for conversation_id, turns in by_conversation.items():
+        marks = effective_marks(turns, policy)
+        for turn in turns:
+            mark = marks[turn["turn_id"]]
+            want = turn["label"] == "keep"
+            want_keep += want
+            got_keep += mark.keep
+            where = f"{conversation_id}#{turn['turn_id']} {turn['role']}: {turn['text']}"
+            if mark.keep != want:
+                mistakes.append(f"{where} (label {turn['label']}; got: {mark.reason})")
+            if not (mark.keep and want):
+                continue
+            both += 1
+            category_ok += mark.category == turn["category"]
+            ttl_ok += ttl_class(mark) == turn["ttl"]
+            if mark.category != turn["category"] or ttl_class(mark) != turn["ttl"]:
+                mistakes.append(
+                    f"{where} (label {turn['category']}/{turn['ttl']}; "
+                    f"got {mark.category}/{ttl_class(mark)}: {mark.reason})"
+                )
+    return {
+        "turns": len(rows),
+        "conversations": len(by_conversation),
+        "label_keep": want_keep,
+        "keep_precision": round(both / got_keep, 4) if got_keep else None,
+        "keep_recall": round(both / want_keep, 4),
+        "category_accuracy": round(category_ok / both, 4) if both else None,
+        "ttl_agreement": round(ttl_ok / both, 4) if both else None,
+        "dropped_share": round(1 - got_keep / len(rows), 4),
+        "label_dropped_share": round(1 - want_keep / len(rows), 4),
+        "mistakes": mistakes,
+    }
+
+
+def run_chat_set() -> dict[str, Any]:
+    """bench/data/marking_zh_chat.jsonl: Chinese daily-life chat, labelled keep/drop with
+    category and TTL class; figures per split (``heldout`` was never tuned on)."""
+    rows = [
+        json.loads(line)
+        for line in (HERE / "data" / "marking_zh_chat.jsonl")
+        .read_text(encoding="utf-8")
+        .splitlines()
+        if line.strip()
+    ]
+    policy = GovernancePolicy()
+    splits = dict.fromkeys(row["split"] for row in rows)
+    return {
+        split: _chat_split([row for row in rows if row["split"] == split], policy)
+        for split in splits
+    }
+
+
 def run_retrieval(embedder: str, thresholds: list[float]) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from retrieval import run_locomo
@@ -201,6 +275,8 @@ def main() -> int:
     print(json.dumps(report, indent=2), flush=True)
     report["chinese_set"] = run_chinese_set()
     print(json.dumps({"chinese_set": report["chinese_set"]}, ensure_ascii=False, indent=2))
+    report["chat_set"] = run_chat_set()
+    print(json.dumps({"chat_set": report["chat_set"]}, ensure_ascii=False, indent=2))
     if args.retrieval:
         report["retrieval"] = run_retrieval(args.embedder, args.thresholds)
     if args.out:

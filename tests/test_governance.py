@@ -162,6 +162,7 @@ def test_default_ttl_table_is_the_seeds() -> None:
         "task(done)": ("temporary", 7 * DAY),
         "fact(user claim)": ("temporary", 180 * DAY),
         "fact(tool grounded)": ("permanent", 0),
+        "fact(transient)": ("temporary", 3 * DAY),
         "note": ("temporary", 30 * DAY),
         "pinned": ("permanent", 0),
     }
@@ -170,6 +171,8 @@ def test_default_ttl_table_is_the_seeds() -> None:
     assert policy_key("fact", "S2_tool_grounded") == "fact(tool grounded)"
     assert policy_key("fact", "S0_user_claim") == "fact(user claim)"
     assert policy_key("fact", "S3_user_confirmed") == "fact(user claim)"
+    assert policy_key("fact", "S0_user_claim", transient=True) == "fact(transient)"
+    assert policy_key("fact", "S2_tool_grounded", transient=True) == "fact(tool grounded)"
 
 
 def test_policy_overrides_are_explicit_and_checked(tmp_path: Any) -> None:

@@ -48,6 +48,9 @@ DEFAULT_TTL_POLICY: Mapping[str, RetentionRule] = MappingProxyType(
         "task(done)": RetentionRule("temporary", 7 * DAY),
         "fact(user claim)": RetentionRule("temporary", 180 * DAY),
         "fact(tool grounded)": RetentionRule("permanent", 0),
+        # Not a row of the seed's table: a user's passing state ("今天有点累") is true for
+        # a day or two, not the half year of a user fact; overridable like the rest.
+        "fact(transient)": RetentionRule("temporary", 3 * DAY),
         "note": RetentionRule("temporary", 30 * DAY),
         # Not a row of the seed's table: what an explicit user save gets (§4.3 "stronger
         # retention"); overridable like the rest.
@@ -56,15 +59,19 @@ DEFAULT_TTL_POLICY: Mapping[str, RetentionRule] = MappingProxyType(
 )
 
 
-def policy_key(category: str, evidence_level: str | None, *, task_done: bool = False) -> str:
+def policy_key(
+    category: str, evidence_level: str | None, *, task_done: bool = False, transient: bool = False
+) -> str:
     """The table row for a kept turn.
 
     Facts are ``tool grounded`` only with S2 evidence; user claims, confirmed or not, and
     AI inferences are ``user claim`` (the table has no row for them, and a shorter life
-    is the safer default).
+    is the safer default), or ``transient`` when they state a passing condition.
     """
     if category == "task":
         return "task(done)" if task_done else "task(open)"
+    if category == "fact" and transient and evidence_level != "S2_tool_grounded":
+        return "fact(transient)"
     if category == "fact":
         return "fact(tool grounded)" if evidence_level == "S2_tool_grounded" else "fact(user claim)"
     return category

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from convmem.governance.chat_zh import HABIT_ZH, small_talk_zh, transient_state_zh
 from convmem.governance.marker import MarkerBase, MarkTurn
 from convmem.governance.policy import GovernancePolicy, policy_key
 from convmem.governance.schema import TurnMark
@@ -52,6 +53,9 @@ _REFERENCE_FILLER = _rx(
 )
 
 
+_POINTS_BACK = re.compile(r"这个|这些|这段|这条|这点|这一点|上面|刚才|前面|之前")
+
+
 @dataclass(frozen=True)
 class SaveIntent:
     """A save request in a turn; ``self_contained``: the turn itself holds what to save."""
@@ -70,7 +74,10 @@ def save_intent(text: str) -> SaveIntent | None:
     rest = _REFERENCE_FILLER.sub(" ", rest)
     cjk = sum(1 for ch in rest if "\u4e00" <= ch <= "\u9fff")
     words = re.findall(r"[A-Za-z0-9]+", rest)
-    return SaveIntent(cue=match.group(0).strip(), self_contained=cjk >= 4 or len(words) >= 3)
+    # "记住这个方案，我以后按这个来" points back at what came before; only a longer
+    # statement next to such a reference is the thing to save.
+    needed = 8 if _POINTS_BACK.search(text) else 4
+    return SaveIntent(cue=match.group(0).strip(), self_contained=cjk >= needed or len(words) >= 3)
 
 
 # -- category cues ----------------------------------------------------------------------
@@ -78,8 +85,14 @@ def save_intent(text: str) -> SaveIntent | None:
 RULE = _rx(
     r"(以后|今后|永远|千万|一定)?(不要|别再|不许|不准|禁止|请勿|务必)",
     r"(以后|今后|每次)都?(要|请|用|叫)",
-    r"叫我|称呼我",
-    r"过敏|忌口|我不吃|我不喝",
+    # "叫我小林" names the user; "五点半叫我起床" is a wake-up request (a task).
+    r"叫我(?!起床|起来|一声|一下|吃饭|过去|过来)|称呼我",
+    r"(以后|今后|每次|下次).{0,12}(别|不要|不用)",
+    r"^(请)?别(再)?(用|叫|发|打|推荐|订|放|给我)",
+    r"过敏|忌口|我不吃|我不喝|我.{0,4}(吃素|素食)",
+    # someone the user cares for: "他不能吃海鲜", "我们家不吃猪肉"
+    r"(我|我们|我们家|咱家|他|她|孩子|女儿|儿子|老公|老婆|爸|妈)(也|都)?(不能|不可以|不敢)(吃|喝)",
+    r"(我们家|咱家|他|她|孩子|女儿|儿子|老公|老婆|爸|妈)(也|都|从来)?(不吃|不喝)",
     r"\b(don't|do not|never) (ever )?(call|use|send|share|tell|mention|suggest|recommend|book|schedule)\b",
     r"\b(always|from now on|in the future)\b.{0,40}\b(use|call|reply|answer|write|send)\b",
     r"\bcall me\b",
@@ -88,6 +101,12 @@ RULE = _rx(
 PREFERENCE = _rx(
     r"我(很|最|比较|特别|非常|还是|更)?(喜欢|爱吃|爱喝|爱看|偏好|讨厌|不喜欢|受不了|习惯|倾向于)",
     r"我(最)?喜欢的",
+    r"(我们|我们家|咱们|她|他|孩子|女儿|儿子|老婆|老公|爸|妈)(都|也)?(很|最|比较|特别|非常)?"
+    r"(喜欢|爱吃|爱喝|爱看|不喜欢|讨厌)",
+    HABIT_ZH.pattern,
+    r"尽量(订|选|用|买|坐|住|安排)",
+    # a standing instruction: "快递放门口就行，不用打电话"
+    r"[\u4e00-\u9fff]{2,12}就(行|好|可以)了?[，,。\s]*(不用|不要|不必|别)",
     r"\bi (really |do |don't |do not |much )?(like|love|prefer|hate|enjoy|dislike|can't stand)\b",
     r"\bmy (all-time )?favou?rite\b",
 )
@@ -102,10 +121,18 @@ PROFILE = _rx(
     r"\bi(?:'m| am) from\b",
     r"\bmy (birthday|wife|husband|partner|son|daughter|kids|children|job|email|phone)\b",
 )
+# Contact details are worth keeping whoever they belong to: a mobile or landline number,
+# an email address.
+CONTACT = _rx(
+    r"(?<!\d)1[3-9]\d{9}(?!\d)",
+    r"(?<!\d)0\d{2,3}-?\d{7,8}(?!\d)",
+    r"\w@[\w-]+\.[a-z]{2,}",  # not [\w.]+@: that retries the rest of a word at each letter
+)
 TASK = _rx(
     r"提醒我|帮我(订|约|预约|安排|查|写|发|买|改|整理|准备)",
     r"(截止|期限|之前|前)(要|得|需要)?(完成|提交|交)",
-    r"待办|我(要|得|需要|打算|计划|准备)(在|去|把|做|完成|提交|交)",
+    r"待办|我(要|得|需要|打算|计划|准备)(在|去|回|把|做|完成|提交|交|办|带|搬|参加)",
+    r"叫我起床|叫醒我",
     r"\bremind me\b",
     r"\b(deadline|due (on|by)|to-?do)\b",
     r"\bi (need|have|want|plan) to\b",
@@ -115,6 +142,7 @@ TASK = _rx(
 DONE = _rx(
     r"(已经|已)(完成|做完|搞定|办好|提交|交了|发了|订好)",
     r"(做完|搞定|完成)了",
+    r"(已经|已)[\u4e00-\u9fff]{1,3}(完|好)了",
     r"\b(i've|i have|we've|we have) (finished|completed|submitted|sent|done)\b",
     r"\b(it's|it is|that's) done\b",
     r"\bi (finished|completed|submitted)\b",
@@ -139,10 +167,11 @@ CONFIRMS = _rx(
 )
 COMMITMENT_AI = _rx(
     r"我(会|将)(在|于)?.{0,12}(提醒你|通知你|帮你)",
-    r"(已|已经)(为你|帮你|为您|帮您)(预约|预订|安排|设置|创建|记下|保存)",
+    # "已经帮你记下了" acknowledges a save (the user's pin covers it); not a commitment.
+    r"(已|已经)(为你|帮你|为您|帮您)(预约|预订|安排|设置|创建)",
     r"(好的|没问题|会|将|届时).{0,10}(提醒|通知)(您|你)",
     r"\bi(?:'ll| will) remind you\b",
-    r"\bi(?:'ve| have) (booked|scheduled|set up|created|saved|noted)\b",
+    r"\bi(?:'ve| have) (booked|scheduled|set up|created)\b",
 )
 
 # -- value score for turns without a cue ---------------------------------------------
@@ -172,6 +201,8 @@ OPENER = _rx(
     r"omg|totally|absolutely|yes|right|ok|okay)\b",
     r"^\s*(哇|哈哈|谢谢|好的|嗯|哦|太好了|太棒了|不错|真棒|加油|你好|早上好|晚安|好吧|是的|对)",
 )
+# A question without a question mark: "今天的快递怎么还没到".
+RHETORICAL_ZH = re.compile(r"(怎么|为什么|为啥|咋)(还|又|都|就)?(没|不)")
 YOU = _rx(r"\byou\b|\byour\b|你")
 SENTENCES = re.compile(r"(?<=[.!?。！？])\s*|\n+")
 PHOTO = re.compile(r"\[shares a photo:[^\]]*\]")
@@ -202,7 +233,7 @@ def value_score(text: str) -> float:
     """
     disclosure = temporal = content = 0
     for sentence in _sentences(text):
-        if sentence.endswith(("?", "？", "吗", "呢")):
+        if sentence.endswith(("?", "？", "吗", "呢")) or RHETORICAL_ZH.search(sentence):
             continue
         rest = REACTION.sub(" ", sentence)
         about_self = bool(FIRST_PERSON.search(rest) or FIRST_PERSON_ZH.search(rest))
@@ -236,6 +267,7 @@ USER_CUES: tuple[tuple[re.Pattern[str], bool, tuple[str, str | None, str, float,
         False,
         ("fact", "profile", "S0_user_claim", 0.7, "stable information about the user"),
     ),
+    (CONTACT, False, ("fact", None, "S0_user_claim", 0.7, "contact details")),
 )
 
 
@@ -297,8 +329,12 @@ class RuleMarker(MarkerBase):
                 return _keep(
                     turn, policy, category, subtype, level, importance, reason, done=task_done
                 )
+        small_talk = small_talk_zh(text)
+        if small_talk is not None:
+            return _drop(turn, f"small talk: {small_talk}")
         score = value_score(text)
         if score >= policy.keep_threshold:
+            transient = transient_state_zh(text)
             return _keep(
                 turn,
                 policy,
@@ -306,7 +342,9 @@ class RuleMarker(MarkerBase):
                 None,
                 "S0_user_claim",
                 round(min(0.3 + 0.05 * score, 0.6), 3),
-                f"user statement with information (score {score:.2f})",
+                ("passing state" if transient else "user statement with information")
+                + f" (score {score:.2f})",
+                transient=transient,
             )
         if question:
             return _drop(turn, f"question without information (score {score:.2f})")
@@ -327,8 +365,9 @@ def _keep(
     reason: str,
     *,
     done: bool = False,
+    transient: bool = False,
 ) -> TurnMark:
-    rule = policy.rule(policy_key(category, evidence, task_done=done))
+    rule = policy.rule(policy_key(category, evidence, task_done=done, transient=transient))
     return TurnMark.model_validate(
         {
             "turn_id": turn.turn_id,
