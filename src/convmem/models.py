@@ -230,10 +230,10 @@ def _aware_time(value: str, name: str) -> str:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise ValueError(
-            f"{name} {value!r} is not an ISO 8601 time; send e.g. 2026-02-02T10:15:30+08:00"
+            f"{name} {value[:40]!r} is not an ISO 8601 time; send e.g. 2026-02-02T10:15:30+08:00"
         ) from None
     if parsed.tzinfo is None:
-        raise ValueError(f"{name} {value!r} has no time zone; add one, e.g. +00:00")
+        raise ValueError(f"{name} {value!r} has no time zone; add one, e.g. +08:00 or Z")
     return value
 
 

@@ -9,7 +9,6 @@ non-finite numbers), so those are a 422 too and never reach the store.
 
 # No "from __future__ import annotations": FastAPI and pydantic read these at runtime.
 import math
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Path, Request
@@ -21,7 +20,6 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
-    field_validator,
 )
 
 from convmem.errors import InvalidInputError
@@ -186,39 +184,13 @@ class DeleteIn(_Strict):
     chunk_ids: list[str] | None = Field(default=None, max_length=1000)
 
 
-def _iso_time(value: str | None, what: str) -> str | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(
-            f"{what} {value[:40]!r} is not an ISO 8601 time; send e.g. 2026-02-02T10:15:30+08:00"
-        ) from None
-    if parsed.tzinfo is None:
-        raise ValueError(f"{what} {value!r} has no time zone; add one, e.g. +08:00 or Z")
-    return value
-
-
 class ChunkMetadataIn(ChunkMetadata):
     """:class:`ChunkMetadata` whose times and numbers are checked before they reach the store."""
 
     turn_range: tuple[Seq, Seq]
     chunk_version: int = Field(default=1, ge=0, le=MAX_SEQ)
     turn_seqs: list[Seq] = Field(default_factory=list)
-
-    @field_validator("expires_at")
-    @classmethod
-    def _expires_at(cls, value: str | None) -> str | None:
-        return _iso_time(value, "expires_at")
-
-    @field_validator("timestamp_range")
-    @classmethod
-    def _timestamp_range(cls, value: tuple[str, str] | None) -> tuple[str, str] | None:
-        if value is not None:
-            _iso_time(value[0], "timestamp_range[0]")
-            _iso_time(value[1], "timestamp_range[1]")
-        return value
+    # expires_at and timestamp_range are checked by ChunkMetadata itself (ISO 8601, zoned)
 
 
 class ChunkRecordIn(ChunkRecord):
