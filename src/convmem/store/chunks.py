@@ -214,7 +214,10 @@ class ChunkTables(GovernanceTables):
     ) -> None:
         """Delete chunk rows outright (superseded, never deleted by a user) and log them."""
         self._unindex(conn, rowids)
-        conn.executemany("DELETE FROM chunks WHERE rowid=?", [(rowid,) for rowid in rowids])
+        # the tenant routes each statement to one shard on Citus
+        conn.executemany(
+            "DELETE FROM chunks WHERE tenant=? AND rowid=?", [(tenant, rowid) for rowid in rowids]
+        )
         conn.executemany(
             "INSERT INTO removed_rows (tenant, row, change_seq) VALUES (?,?,?)",
             [(tenant, rowid, change) for rowid in rowids],
@@ -242,8 +245,8 @@ class ChunkTables(GovernanceTables):
         conn.executemany(
             "UPDATE chunks SET deleted=1, vector=NULL, turn_vectors=NULL, updated_at=?, "
             "change_seq=?, "
-            f"metadata={self.TOMBSTONE_METADATA} WHERE rowid=?",
-            [(self.now(), change, rowid) for rowid in rowids],
+            f"metadata={self.TOMBSTONE_METADATA} WHERE tenant=? AND rowid=?",
+            [(self.now(), change, tenant, rowid) for rowid in rowids],
         )
 
     def delete_turns(
