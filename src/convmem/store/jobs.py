@@ -28,8 +28,8 @@ class JobTables(Backend):
         host = socket.gethostname()
         released = 0
         with self._write() as conn:
-            for job_id, claimed_by in conn.execute(
-                "SELECT job_id, claimed_by FROM jobs WHERE status='running'"
+            for tenant, job_id, claimed_by in conn.execute(
+                "SELECT tenant, job_id, claimed_by FROM jobs WHERE status='running'"
             ).fetchall():
                 parts = (claimed_by or "").split(":")
                 dead = (
@@ -41,8 +41,8 @@ class JobTables(Backend):
                 if dead:
                     conn.execute(
                         "UPDATE jobs SET status='pending', claimed_by=NULL, lease_until=NULL "
-                        "WHERE job_id=?",
-                        (job_id,),
+                        "WHERE tenant=? AND job_id=?",
+                        (tenant, job_id),
                     )
                     released += 1
         if released:
@@ -75,10 +75,11 @@ class JobTables(Backend):
             rows = conn.execute(self.READY_JOBS, (now, now, now, worker_id, limit)).fetchall()
             rows = self._claimable(conn, rows, worker_id, now)
             if rows:
+                # the tenant routes each update to one shard on Citus
                 conn.executemany(
                     "UPDATE jobs SET status='running', claimed_by=?, lease_until=?, updated_at=? "
-                    "WHERE job_id=?",
-                    [(worker_id, now + lease_seconds, now, row[0]) for row in rows],
+                    "WHERE tenant=? AND job_id=?",
+                    [(worker_id, now + lease_seconds, now, row[1], row[0]) for row in rows],
                 )
         return [ClaimedJob(*row) for row in rows]
 
