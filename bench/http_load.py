@@ -81,6 +81,9 @@ def main() -> int:
     parser.add_argument("--soak", action="store_true", help="constant data set, RSS over time")
     parser.add_argument("--warmup-turns", type=int, default=200, help="per client, with --soak")
     parser.add_argument(
+        "--idle-seconds", type=float, default=45, help="with --soak: RSS this long after the load"
+    )
+    parser.add_argument(
         "--server-env",
         nargs="+",
         default=[""],
@@ -162,6 +165,12 @@ class Service:
         import psutil
 
         return float(psutil.Process(self.server.pid).memory_info().rss / 2**20)
+
+    def threads(self) -> int:
+        """The server's threads (each that touched the store holds a SQLite connection)."""
+        import psutil
+
+        return int(psutil.Process(self.server.pid).num_threads())
 
     def drain(self) -> float:
         """Wait until the index backlog is empty; the seconds it took."""
@@ -352,6 +361,9 @@ def soak(args: argparse.Namespace, worker: str, extra_env: dict[str, str]) -> di
         for thread in clients:
             thread.join()
         wall = time.monotonic() - began
+        loaded = service.rss_mb()
+        time.sleep(args.idle_seconds)  # is memory given back once the load stops?
+        idle = service.rss_mb()
 
         def at(seconds: float) -> float | None:
             before = [value for t, value in rss if t <= seconds + 5]
@@ -368,6 +380,9 @@ def soak(args: argparse.Namespace, worker: str, extra_env: dict[str, str]) -> di
                 "after_warmup": round(rss[0][1], 1),
                 **{f"at_{m}_min": at(60 * m) for m in (1, 2, 5, 10)},
                 "max": round(max(value for _, value in rss), 1),
+                "server_threads_at_end": service.threads(),
+                "at_end_of_load": round(loaded, 1),
+                f"after_{args.idle_seconds:g}_s_idle": round(idle, 1),
                 "samples": [[round(t), round(value, 1)] for t, value in rss],
             },
             **_summary(latencies, wall),
