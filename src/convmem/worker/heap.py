@@ -2,9 +2,10 @@
 
 A busy server frees most of what a request allocates, but glibc keeps freed memory in
 its per-thread arenas instead of returning it: under steady load with a constant data set
-the server's RSS still climbed by about 100 MB in ten minutes while the Python heap
-(tracemalloc) stayed flat, and one ``malloc_trim(0)`` gave back 80% of the climb (see
-bench/README.md, the HTTP soak). Elsewhere (musl, macOS) this is a no-op.
+RSS rose 122 MB in two minutes while the Python heap (tracemalloc) stayed flat, and one
+``malloc_trim(0)`` gave back 97 MB of it; once the load stops, the periodic trim returns
+what is no longer used (bench/README.md, the HTTP soak). Elsewhere (musl, macOS) it is a
+no-op.
 """
 
 from __future__ import annotations
