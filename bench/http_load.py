@@ -289,21 +289,26 @@ def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
     return report
 
 
+def _warm_up(args: argparse.Namespace, service: Service) -> float:
+    """Write ``--warmup-turns`` to each client's conversation and wait for the index."""
+    began = time.perf_counter()
+    for number in range(args.clients):
+        headers = {"Authorization": f"Bearer {service.keys[number % len(service.keys)]}"}
+        rng = random.Random(number)
+        with httpx.Client(base_url=service.base, headers=headers, timeout=60) as http:
+            for first in range(0, args.warmup_turns, 50):
+                count = min(50, args.warmup_turns - first)
+                body = {"turns": _turns(first, count, rng)}
+                http.post(f"/v1/conversations/load-{number}/turns", json=body)
+    service.drain()
+    return time.perf_counter() - began
+
+
 def soak(args: argparse.Namespace, worker: str, extra_env: dict[str, str]) -> dict[str, Any]:
     """Warm up to a fixed data set, then load that keeps it fixed; RSS over time."""
     service = Service(args, worker, extra_env)
     try:
-        warmup_began = time.perf_counter()
-        for number in range(args.clients):
-            headers = {"Authorization": f"Bearer {service.keys[number % len(service.keys)]}"}
-            rng = random.Random(number)
-            with httpx.Client(base_url=service.base, headers=headers, timeout=60) as http:
-                for first in range(0, args.warmup_turns, 50):
-                    count = min(50, args.warmup_turns - first)
-                    body = {"turns": _turns(first, count, rng)}
-                    http.post(f"/v1/conversations/load-{number}/turns", json=body)
-        service.drain()
-        warmup = time.perf_counter() - warmup_began
+        warmup = _warm_up(args, service)
         latencies: dict[str, list[float]] = {"replace": [], "search": []}
         errors: dict[str, int] = {}
         lock = threading.Lock()
@@ -365,10 +370,9 @@ def soak(args: argparse.Namespace, worker: str, extra_env: dict[str, str]) -> di
         time.sleep(args.idle_seconds)  # is memory given back once the load stops?
         idle = service.rss_mb()
 
-        def at(seconds: float) -> float | None:
-            before = [value for t, value in rss if t <= seconds + 5]
-            return round(before[-1], 1) if before and seconds <= wall + 5 else None
-
+        memory = _rss_report(rss, wall)
+        memory |= {"threads_at_end": service.threads(), "at_end_of_load": round(loaded, 1)}
+        memory[f"after_{args.idle_seconds:g}_s_idle"] = round(idle, 1)
         return {
             "clients": args.clients,
             "warmup_turns": args.warmup_turns * args.clients,
@@ -376,19 +380,26 @@ def soak(args: argparse.Namespace, worker: str, extra_env: dict[str, str]) -> di
             "seconds": round(wall, 1),
             "server_env": extra_env,
             "errors": errors,
-            "server_rss_mb": {
-                "after_warmup": round(rss[0][1], 1),
-                **{f"at_{m}_min": at(60 * m) for m in (1, 2, 5, 10)},
-                "max": round(max(value for _, value in rss), 1),
-                "server_threads_at_end": service.threads(),
-                "at_end_of_load": round(loaded, 1),
-                f"after_{args.idle_seconds:g}_s_idle": round(idle, 1),
-                "samples": [[round(t), round(value, 1)] for t, value in rss],
-            },
+            "server_rss_mb": memory,
             **_summary(latencies, wall),
         }
     finally:
         service.stop()
+
+
+def _rss_report(rss: list[tuple[float, float]], wall: float) -> dict[str, Any]:
+    """RSS after the warm-up, at 1, 2, 5 and 10 minutes (None past the run), the max."""
+
+    def at(seconds: float) -> float | None:
+        before = [value for t, value in rss if t <= seconds + 5]
+        return round(before[-1], 1) if before and seconds <= wall + 5 else None
+
+    return {
+        "after_warmup": round(rss[0][1], 1),
+        **{f"at_{m}_min": at(60 * m) for m in (1, 2, 5, 10)},
+        "max": round(max(value for _, value in rss), 1),
+        "samples": [[round(t), round(value, 1)] for t, value in rss],
+    }
 
 
 if __name__ == "__main__":
