@@ -6,6 +6,16 @@ batches and searches its tenant, in the ratio `--search-share`. Reports throughp
 p50/p99 per operation and errors. Bounded in count and time.
 
     python bench/http_load.py --clients 16 --seconds 30 --out bench/results/http-load.json
+
+`--soak` holds the data set still so that memory can be judged: a warm-up writes
+`--warmup-turns` turns to each client's conversation and waits for the index, then for
+`--seconds` each client searches or replaces (writes a batch and deletes its oldest live
+batch, so the live turns stay constant). The report gives server RSS at 1, 2, 5 and 10
+minutes. `--server-env NAME=VALUE` runs a variant of the server side by side (e.g.
+`MALLOC_ARENA_MAX=2`); every variant runs at the same time, under the same load.
+
+    python bench/http_load.py --soak --clients 8 --seconds 600 --workers thread \
+        --server-env "" MALLOC_ARENA_MAX=2 --out bench/results/http-soak.json
 """
 
 from __future__ import annotations
@@ -68,9 +78,38 @@ def main() -> int:
         default=["thread", "process"],
         help="index worker inside the server (thread) or as `convmem worker` (process)",
     )
+    parser.add_argument("--soak", action="store_true", help="constant data set, RSS over time")
+    parser.add_argument("--warmup-turns", type=int, default=200, help="per client, with --soak")
+    parser.add_argument(
+        "--idle-seconds", type=float, default=45, help="with --soak: RSS this long after the load"
+    )
+    parser.add_argument(
+        "--server-env",
+        nargs="+",
+        default=[""],
+        help="with --soak: server variants run side by side, each NAME=VALUE[,NAME=VALUE] "
+        "('' is the plain server)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    reports = {worker: run(args, worker) for worker in args.workers}
+    if args.soak:
+        reports: dict[str, Any] = {}
+
+        def variant(worker: str, spec: str) -> None:
+            extra = dict(item.split("=", 1) for item in spec.split(",") if item)
+            reports[f"{worker} {spec or 'default'}"] = soak(args, worker, extra)
+
+        runs = [
+            threading.Thread(target=variant, args=(worker, spec))
+            for worker in args.workers
+            for spec in args.server_env
+        ]
+        for thread in runs:
+            thread.start()
+        for thread in runs:
+            thread.join()
+    else:
+        reports = {worker: run(args, worker) for worker in args.workers}
     print(json.dumps(reports, indent=2))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -78,46 +117,106 @@ def main() -> int:
     return 0
 
 
-def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
-    folder = tempfile.mkdtemp(prefix="convmem-load-")
-    store = str(Path(folder) / "load.db")
-    admin = "load-admin-" + os.urandom(8).hex()
-    port = _free_port()
-    env = dict(os.environ, CONVMEM_ADMIN_KEY=admin)
-    command = [sys.executable, "-m", "convmem.cli.main", "--store", store]
-    command += ["--embedder", "hashing"]
-    threads = "1" if worker == "thread" else "0"
-    server = subprocess.Popen(
-        [*command, "serve", "--port", str(port), "--threads", threads],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    helper = None
-    if worker == "process":
-        helper = subprocess.Popen(
-            [*command, "worker"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+class Service:
+    """`convmem serve` (and `convmem worker` for the process variant) on a fresh store."""
+
+    def __init__(self, args: argparse.Namespace, worker: str, extra_env: dict[str, str]) -> None:
+        folder = tempfile.mkdtemp(prefix="convmem-load-")
+        store = str(Path(folder) / "load.db")
+        self.admin = "load-admin-" + os.urandom(8).hex()
+        port = _free_port()
+        env = dict(os.environ, CONVMEM_ADMIN_KEY=self.admin, **extra_env)
+        command = [sys.executable, "-m", "convmem.cli.main", "--store", store]
+        command += ["--embedder", "hashing"]
+        threads = "1" if worker == "thread" else "0"
+        self.server = subprocess.Popen(
+            [*command, "serve", "--port", str(port), "--threads", threads],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
-    base = f"http://127.0.0.1:{port}"
-    try:
+        self.helper = None
+        if worker == "process":
+            self.helper = subprocess.Popen(
+                [*command, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        self.base = f"http://127.0.0.1:{port}"
+        self.keys: list[str] = []
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.base}/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
+                self.stop()
                 raise SystemExit("server did not start")
             time.sleep(0.1)
-        keys = []
         for index in range(args.tenants):
             response = httpx.post(
-                f"{base}/v1/admin/keys",
+                f"{self.base}/v1/admin/keys",
                 json={"tenant": f"tenant-{index}"},
-                headers={"Authorization": f"Bearer {admin}"},
+                headers={"Authorization": f"Bearer {self.admin}"},
             )
-            keys.append(response.json()["key"])
+            self.keys.append(response.json()["key"])
+
+    def rss_mb(self) -> float:
+        import psutil
+
+        return float(psutil.Process(self.server.pid).memory_info().rss / 2**20)
+
+    def threads(self) -> int:
+        """The server's threads (each that touched the store holds a SQLite connection)."""
+        import psutil
+
+        return int(psutil.Process(self.server.pid).num_threads())
+
+    def drain(self) -> float:
+        """Wait until the index backlog is empty; the seconds it took."""
+        began = time.perf_counter()
+        # /healthz shows no counts; the backlog across tenants is the admin's status route
+        url, headers = f"{self.base}/v1/admin/status", {"Authorization": f"Bearer {self.admin}"}
+        while httpx.get(url, headers=headers, timeout=30).json()["backlog"]:
+            time.sleep(0.1)
+        return time.perf_counter() - began
+
+    def stop(self) -> None:
+        for process in (self.server, self.helper):
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=60)
+
+
+def _turns(first: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
+    return [
+        {
+            "turn_id": seq,
+            "role": "user" if seq % 2 == 0 else "assistant",
+            "text": rng.choice(TEXTS),
+            "timestamp": "2026-03-01T10:00:00+08:00",
+        }
+        for seq in range(first, first + count)
+    ]
+
+
+def _summary(latencies: dict[str, list[float]], wall: float) -> dict[str, Any]:
+    return {
+        kind: {
+            "requests": len(values),
+            "per_second": round(len(values) / wall, 1),
+            "p50_ms": _quantile(values, 0.5),
+            "p99_ms": _quantile(values, 0.99),
+            "mean_ms": round(statistics.fmean(values) * 1000, 2) if values else None,
+        }
+        for kind, values in latencies.items()
+    }
+
+
+def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
+    service = Service(args, worker, {})
+    base, keys = service.base, service.keys
+    try:
         latencies: dict[str, list[float]] = {"write": [], "search": []}
         errors: dict[str, int] = {}
         lock = threading.Lock()
@@ -135,17 +234,8 @@ def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
                         path = "/v1/search"
                     else:
                         kind = "write"
-                        turns = [
-                            {
-                                "turn_id": next_turn + i,
-                                "role": "user" if (next_turn + i) % 2 == 0 else "assistant",
-                                "text": rng.choice(TEXTS),
-                                "timestamp": "2026-03-01T10:00:00+08:00",
-                            }
-                            for i in range(args.batch)
-                        ]
+                        body = {"turns": _turns(next_turn, args.batch, rng)}
                         next_turn += args.batch
-                        body = {"turns": turns}
                         path = f"/v1/conversations/load-{number}/turns"
                     began = time.perf_counter()
                     try:
@@ -163,13 +253,8 @@ def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
         rss: list[tuple[float, float]] = []  # (seconds into the run, server RSS in MB)
 
         def sample_rss() -> None:
-            import psutil
-
-            process = psutil.Process(server.pid)
             while time.monotonic() < stop_at:
-                rss.append(
-                    (time.monotonic() - (stop_at - args.seconds), process.memory_info().rss / 2**20)
-                )
+                rss.append((time.monotonic() - (stop_at - args.seconds), service.rss_mb()))
                 time.sleep(min(10.0, args.seconds / 20))
 
         began = time.perf_counter()
@@ -180,16 +265,12 @@ def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
         for thread in clients:
             thread.join()
         wall = time.perf_counter() - began
-        drain_began = time.perf_counter()
-        # /healthz shows no counts; the backlog across tenants is the admin's status route
-        status_url, admin_headers = f"{base}/v1/admin/status", {"Authorization": f"Bearer {admin}"}
-        while httpx.get(status_url, headers=admin_headers).json()["backlog"]:
-            time.sleep(0.1)
+        drain = service.drain()
         report = {
             "clients": args.clients,
             "seconds": round(wall, 1),
             "turns_per_write": args.batch,
-            "backlog_drain_seconds": round(time.perf_counter() - drain_began, 1),
+            "backlog_drain_seconds": round(drain, 1),
             "errors": errors,
             # a flat line is the goal: memory given back between requests, not grown per thread
             "server_rss_mb": {
@@ -200,24 +281,125 @@ def run(args: argparse.Namespace, worker: str) -> dict[str, Any]:
                 "max": round(max(v for _, v in rss), 1) if rss else None,
                 "samples": [[round(t), round(v, 1)] for t, v in rss],
             },
-            **{
-                kind: {
-                    "requests": len(values),
-                    "per_second": round(len(values) / wall, 1),
-                    "p50_ms": _quantile(values, 0.5),
-                    "p99_ms": _quantile(values, 0.99),
-                    "mean_ms": round(statistics.fmean(values) * 1000, 2) if values else None,
-                }
-                for kind, values in latencies.items()
-            },
+            **_summary(latencies, wall),
         }
         report["turns_per_second"] = round(report["write"]["per_second"] * args.batch, 1)
     finally:
-        for process in (server, helper):
-            if process is not None:
-                process.terminate()
-                process.wait(timeout=60)
+        service.stop()
     return report
+
+
+def _warm_up(args: argparse.Namespace, service: Service) -> float:
+    """Write ``--warmup-turns`` to each client's conversation and wait for the index."""
+    began = time.perf_counter()
+    for number in range(args.clients):
+        headers = {"Authorization": f"Bearer {service.keys[number % len(service.keys)]}"}
+        rng = random.Random(number)
+        with httpx.Client(base_url=service.base, headers=headers, timeout=60) as http:
+            for first in range(0, args.warmup_turns, 50):
+                count = min(50, args.warmup_turns - first)
+                body = {"turns": _turns(first, count, rng)}
+                http.post(f"/v1/conversations/load-{number}/turns", json=body)
+    service.drain()
+    return time.perf_counter() - began
+
+
+def soak(args: argparse.Namespace, worker: str, extra_env: dict[str, str]) -> dict[str, Any]:
+    """Warm up to a fixed data set, then load that keeps it fixed; RSS over time."""
+    service = Service(args, worker, extra_env)
+    try:
+        warmup = _warm_up(args, service)
+        latencies: dict[str, list[float]] = {"replace": [], "search": []}
+        errors: dict[str, int] = {}
+        lock = threading.Lock()
+        began = time.monotonic()
+        stop_at = began + args.seconds
+
+        def client(number: int) -> None:
+            rng = random.Random(1000 + number)
+            headers = {"Authorization": f"Bearer {service.keys[number % len(service.keys)]}"}
+            oldest, next_turn = 0, args.warmup_turns
+            conversation = f"load-{number}"
+            with httpx.Client(base_url=service.base, headers=headers, timeout=60) as http:
+                while time.monotonic() < stop_at:
+                    started = time.perf_counter()
+                    try:
+                        if rng.random() < args.search_share:
+                            kind = "search"
+                            query = {"query_text": rng.choice(QUERIES), "top_k": 5}
+                            if rng.random() < 0.5:
+                                query["filters"] = {"conversation_id": conversation}
+                            status = http.post("/v1/search", json=query).status_code
+                        else:
+                            kind = "replace"
+                            body = {"turns": _turns(next_turn, args.batch, rng)}
+                            path = f"/v1/conversations/{conversation}/turns"
+                            status = http.post(path, json=body).status_code
+                            if status in (200, 202):
+                                delete = {
+                                    "conversation_id": conversation,
+                                    "turn_range": [oldest, oldest + args.batch - 1],
+                                }
+                                status = http.post("/v1/delete", json=delete).status_code
+                                next_turn += args.batch
+                                oldest += args.batch
+                    except httpx.HTTPError as exc:
+                        status = type(exc).__name__
+                    elapsed = time.perf_counter() - started
+                    with lock:
+                        if status in (200, 202):
+                            latencies[kind].append(elapsed)
+                        else:
+                            errors[f"{kind}:{status}"] = errors.get(f"{kind}:{status}", 0) + 1
+
+        rss: list[tuple[float, float]] = [(0.0, service.rss_mb())]
+
+        def sample_rss() -> None:
+            while time.monotonic() < stop_at:
+                time.sleep(min(10.0, args.seconds / 60))
+                rss.append((time.monotonic() - began, service.rss_mb()))
+
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+        clients.append(threading.Thread(target=sample_rss))
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join()
+        wall = time.monotonic() - began
+        loaded = service.rss_mb()
+        time.sleep(args.idle_seconds)  # is memory given back once the load stops?
+        idle = service.rss_mb()
+
+        memory = _rss_report(rss, wall)
+        memory |= {"threads_at_end": service.threads(), "at_end_of_load": round(loaded, 1)}
+        memory[f"after_{args.idle_seconds:g}_s_idle"] = round(idle, 1)
+        return {
+            "clients": args.clients,
+            "warmup_turns": args.warmup_turns * args.clients,
+            "warmup_seconds": round(warmup, 1),
+            "seconds": round(wall, 1),
+            "server_env": extra_env,
+            "errors": errors,
+            "server_rss_mb": memory,
+            **_summary(latencies, wall),
+        }
+    finally:
+        service.stop()
+
+
+def _rss_report(rss: list[tuple[float, float]], wall: float) -> dict[str, Any]:
+    """RSS after the warm-up, at 1, 2, 5 and 10 minutes (None past the run), the max."""
+
+    def at(seconds: float) -> float | None:
+        before = [value for t, value in rss if t <= seconds + 5]
+        return round(before[-1], 1) if before and seconds <= wall + 5 else None
+
+    return {
+        "after_warmup": round(rss[0][1], 1),
+        **{f"at_{m}_min": at(60 * m) for m in (1, 2, 5, 10)},
+        "max": round(max(value for _, value in rss), 1),
+        "samples": [[round(t), round(value, 1)] for t, value in rss],
+    }
 
 
 if __name__ == "__main__":

@@ -181,9 +181,10 @@ def _wait_ready(process: subprocess.Popen[str], words: list[str], deadline: floa
     port = words[words.index("--port") + 1] if "--port" in words else None
     while time.monotonic() < deadline:
         assert process.poll() is None, process.stderr.read() if process.stderr else ""
-        if port is None:  # a worker: alive for a moment after opening the store
-            time.sleep(1.0)
-            if process.poll() is None:
+        if port is None and process.stderr is not None:
+            # a worker says so once its store is open and Ctrl-C is handled (a fixed wait
+            # sent Ctrl-C into a slow start on a busy machine: KeyboardInterrupt, exit -2)
+            if "worker running" in process.stderr.readline():
                 return
             continue
         try:

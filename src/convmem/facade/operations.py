@@ -99,6 +99,11 @@ class OperationsMethods(FacadeBase):
         """Revoke a key. Raises NotFoundError when no live key has this id."""
         self._engine.store.revoke_api_key(key_id)
 
+    def job_counts(self, *, all_tenants: bool = False) -> dict[str, int]:
+        """Index jobs of this tenant (or of every tenant) by status, read from the store:
+        counts the work of ``convmem worker`` processes as well as this process's."""
+        return self._engine.store.job_counts(None if all_tenants else self._tenant)
+
     def backlog(self, *, all_tenants: bool = False) -> tuple[int, int]:
         """``(pending_or_running, failed)`` index jobs of this tenant (or of every tenant)."""
         return self._engine.store.backlog(None if all_tenants else self._tenant)

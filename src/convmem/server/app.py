@@ -39,6 +39,7 @@ from convmem.server.middleware import BodyLimit, RequestLog
 from convmem.server.routers import ROUTERS
 from convmem.server.settings import LOOPBACK, LogLevel, ServerSettings
 from convmem.store.keys import hash_key
+from convmem.worker.heap import HeapTrimmer
 
 __all__ = ["ServerSettings", "create_app", "error_response"]
 
@@ -75,7 +76,10 @@ def create_app(settings: ServerSettings | None = None, *, memory: Memory | None 
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        trimmer = HeapTrimmer(interval_seconds=settings.heap_trim_seconds)
+        trimmer.start()
         yield
+        trimmer.stop()
         if owned:
             base.close()  # releases in-flight jobs; a restarted worker resumes them
 

@@ -10,7 +10,7 @@ from convmem.metrics import Counter, Histogram
 __all__ = ["render_prometheus"]
 
 HELP = {
-    "chunks_ingested_total": "chunks written by index workers",
+    "chunks_ingested_total": "chunks written by this process's index workers",
     "upsert_failures_total": "failed index writes",
     "job_retries_total": "index job failures that were scheduled for retry",
     "turns_accepted_total": "turns stored durably",
@@ -47,14 +47,22 @@ def render_prometheus(memory: Memory, request_seconds: Mapping[tuple[str, str], 
         else:
             lines.append(f"# TYPE {name} histogram")
             lines.extend(_histogram(name, instrument))
-    pending, failed = memory.backlog(all_tenants=True)
+    # Read from the store at scrape time, so they count the work of every process on it
+    # (`convmem worker` beside the server); the counters above are this process's.
+    jobs = memory.job_counts(all_tenants=True)
     lines += [
         "# HELP convmem_backlog_jobs index jobs pending or running",
         "# TYPE convmem_backlog_jobs gauge",
-        f"convmem_backlog_jobs {pending}",
+        f"convmem_backlog_jobs {jobs['pending'] + jobs['running']}",
         "# HELP convmem_failed_jobs index jobs that ran out of attempts",
         "# TYPE convmem_failed_jobs gauge",
-        f"convmem_failed_jobs {failed}",
+        f"convmem_failed_jobs {jobs['failed']}",
+        "# HELP convmem_index_jobs index jobs in the store by status, whichever process ran them",
+        "# TYPE convmem_index_jobs gauge",
+        *(f'convmem_index_jobs{{status="{status}"}} {count}' for status, count in jobs.items()),
+        "# HELP convmem_index_jobs_completed_total index jobs finished by any worker process",
+        "# TYPE convmem_index_jobs_completed_total counter",
+        f"convmem_index_jobs_completed_total {jobs['done']}",
         "# HELP convmem_http_request_seconds request latency by method and route",
         "# TYPE convmem_http_request_seconds histogram",
     ]

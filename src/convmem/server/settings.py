@@ -25,6 +25,8 @@ class ServerSettings(BaseModel):
             ``convmem worker`` processes beside it).
         max_body_bytes: larger request bodies get 413.
         max_turns_per_request: more turns in one write get 422.
+        heap_trim_seconds: how often freed heap memory is given back to the OS (glibc
+            keeps it otherwise, and a busy server's RSS creeps up); 0 turns it off.
         log_level: the level of the ``convmem`` loggers (the access log is INFO); None
             leaves logging as the embedding program set it.
     """
@@ -44,6 +46,7 @@ class ServerSettings(BaseModel):
     max_body_bytes: int = 4 * 1024 * 1024
     max_turns_per_request: int = 1000
     log_level: LogLevel | None = None
+    heap_trim_seconds: float = Field(default=30.0, ge=0, le=86400)
     # Programmatic use and tests: ready-made parts instead of specs.
     embedder_instance: Any = None
     marker_instance: Any = None

@@ -11,7 +11,8 @@ The filter language (a dict; its keys are ANDed):
 ``speakers``            ``{"$contains": "user"}``, ``{"$contains_all": [..]}``
 ``timestamp_range``     ``[start, end]``: ISO 8601 with zone, either may be null;
                         chunks whose time span overlaps it
-``turn_range``          ``[start, end]`` ints, either may be null; chunks overlapping it
+``turn_range``          ``[start, end]`` ints, either may be null; chunks holding a turn
+                        in it (chunks that list no ``turn_seqs``: overlapping it)
 ``importance``          a number, or ``{"$gte"|"$gt"|"$lte"|"$lt"|"$eq": x}``
 ``pinned``              ``true`` / ``false``
 ``requires_confirmation``  ``true`` / ``false``
@@ -325,7 +326,41 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
             if low is not None:
                 clauses.append(f"{high_col} >= ?")
                 params.append(low)
+            if field == "turn_range" and (low is not None or high is not None):
+                clause, bounds = _holds_turn_in(low, high, dialect)
+                clauses.append(clause)
+                params.extend(bounds)
     return (" AND ".join(clauses) if clauses else "1=1"), params
+
+
+def _holds_turn_in(low: Any, high: Any, dialect: str) -> tuple[str, list[Any]]:
+    """A chunk that lists its ``turn_seqs`` must hold one inside [low, high]: its span
+    alone can straddle deleted turns (a chunk of turns 3, 4, 6, 7 after turn 5 was
+    deleted spans 3..7 but holds nothing of 5). Chunks that list none keep span overlap."""
+    tests, bounds = [], []
+    if low is not None:
+        tests.append("{value} >= ?")
+        bounds.append(low)
+    if high is not None:
+        tests.append("{value} <= ?")
+        bounds.append(high)
+    if dialect == "postgres":
+        seqs = "(CAST(c.metadata AS jsonb) -> 'turn_seqs')"
+        within = " AND ".join(tests).format(value="CAST(j.value AS bigint)")
+        clause = (
+            f"(CASE WHEN jsonb_typeof({seqs}) IS DISTINCT FROM 'array' THEN TRUE "
+            f"WHEN jsonb_array_length({seqs}) = 0 THEN TRUE "
+            f"ELSE EXISTS (SELECT 1 FROM jsonb_array_elements_text({seqs}) j WHERE {within}) END)"
+        )
+    else:
+        within = " AND ".join(tests).format(value="j.value")
+        clause = (
+            "(CASE WHEN json_type(c.metadata, '$.turn_seqs') IS NOT 'array' THEN 1 "
+            "WHEN json_array_length(c.metadata, '$.turn_seqs') = 0 THEN 1 "
+            "ELSE EXISTS (SELECT 1 FROM json_each(c.metadata, '$.turn_seqs') j "
+            f"WHERE {within}) END)"
+        )
+    return clause, bounds
 
 
 def _epoch(value: str | None) -> float | None:
@@ -357,6 +392,11 @@ def matches(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
                 start, end = _epoch(span[0]), _epoch(span[1])
             low, high = value
             ok = (high is None or start <= high) and (low is None or end >= low)
+            seqs = metadata.get("turn_seqs") if field == "turn_range" else None
+            if ok and isinstance(seqs, list) and seqs:
+                ok = any(
+                    (low is None or seq >= low) and (high is None or seq <= high) for seq in seqs
+                )
         elif field in NUMBER_FIELDS:
             have = metadata.get(field)
             ok = (

@@ -19,6 +19,8 @@ __all__ = ["JobTables"]
 
 logger = logging.getLogger(__name__)
 
+JOB_STATUSES = ("pending", "running", "done", "failed")
+
 
 class JobTables(Backend):
     """Index jobs: claims with leases, failures with backoff, backlog."""
@@ -196,6 +198,17 @@ class JobTables(Backend):
             params.append(tenant)
         counts = dict(self._db().execute(sql + " GROUP BY status", params).fetchall())
         return counts.get("pending", 0) + counts.get("running", 0), counts.get("failed", 0)
+
+    def job_counts(self, tenant: str | None = None) -> dict[str, int]:
+        """Index jobs by status (``pending``, ``running``, ``done``, ``failed``), for one
+        tenant or all: the work of every worker process on this store, not only this one's."""
+        sql = "SELECT status, count(*) FROM jobs"
+        params: list[Any] = []
+        if tenant is not None:
+            sql += " WHERE tenant=?"
+            params.append(tenant)
+        counts = dict(self._db().execute(sql + " GROUP BY status", params).fetchall())
+        return {status: int(counts.get(status, 0)) for status in JOB_STATUSES}
 
     def backlog_by_conversation(self, tenant: str) -> dict[str, int]:
         return dict(

@@ -10,6 +10,7 @@ from typing import Any
 
 from convmem.cli.common import bounded_int, open_memory, print_json, settings_of
 from convmem.errors import InvalidInputError
+from convmem.worker.heap import trim_heap
 
 __all__ = ["register"]
 
@@ -27,7 +28,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda *_: stop.set())
     with open_memory(args, workers=args.threads):
         print(f"convmem worker running with {args.threads} threads; Ctrl-C stops", file=sys.stderr)
-        stop.wait()
+        while not stop.wait(30):
+            trim_heap()  # glibc keeps what index passes freed; give it back
     return 0
 
 
