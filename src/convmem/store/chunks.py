@@ -128,7 +128,7 @@ class ChunkTables(GovernanceTables):
                 "model_id=?, updated_at=?, change_seq=?, turn_vectors=?, deleted=0 WHERE rowid=?",
                 (*values, rowid),
             )
-            self._unindex(conn, [rowid])
+            self._unindex(conn, tenant, [rowid])
         self._index_tokens(conn, [(rowid, item.tokens)])
         return existing is not None
 
@@ -213,7 +213,7 @@ class ChunkTables(GovernanceTables):
         self, conn: Connection, tenant: str, rowids: Sequence[int], change: int
     ) -> None:
         """Delete chunk rows outright (superseded, never deleted by a user) and log them."""
-        self._unindex(conn, rowids)
+        self._unindex(conn, tenant, rowids)
         # the tenant routes each statement to one shard on Citus
         conn.executemany(
             "DELETE FROM chunks WHERE tenant=? AND rowid=?", [(tenant, rowid) for rowid in rowids]
@@ -241,7 +241,7 @@ class ChunkTables(GovernanceTables):
 
     def _tombstone_chunks(self, conn: Connection, tenant: str, rowids: Sequence[int]) -> None:
         change = next_change(conn)
-        self._unindex(conn, rowids)
+        self._unindex(conn, tenant, rowids)
         conn.executemany(
             "UPDATE chunks SET deleted=1, vector=NULL, turn_vectors=NULL, updated_at=?, "
             "change_seq=?, "

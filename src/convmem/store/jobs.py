@@ -87,7 +87,7 @@ class JobTables(Backend):
 
     def fail_jobs(
         self,
-        job_ids: Sequence[int],
+        jobs: Sequence[tuple[str, int]],
         *,
         error_code: str,
         message: str,
@@ -95,11 +95,14 @@ class JobTables(Backend):
         max_delay: float,
         max_attempts: int,
     ) -> None:
-        """Record a failure; retry with exponential backoff, or mark failed after max_attempts."""
+        """Record a failure of ``(tenant, job_id)`` jobs; retry with exponential backoff, or
+        mark failed after max_attempts. (The tenant routes each statement to one shard.)"""
         now = self.now()
         with self._write() as conn:
-            for job_id in job_ids:
-                row = conn.execute("SELECT attempts FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            for tenant, job_id in jobs:
+                row = conn.execute(
+                    "SELECT attempts FROM jobs WHERE tenant=? AND job_id=?", (tenant, job_id)
+                ).fetchone()
                 if row is None:
                     continue
                 attempts = int(row[0]) + 1
@@ -107,17 +110,19 @@ class JobTables(Backend):
                 status = "failed" if attempts >= max_attempts else "pending"
                 conn.execute(
                     "UPDATE jobs SET status=?, attempts=?, error_code=?, error_message=?, "
-                    "next_retry_at=?, claimed_by=NULL, lease_until=NULL, updated_at=? WHERE job_id=?",
-                    (status, attempts, error_code, message[:500], now + delay, now, job_id),
+                    "next_retry_at=?, claimed_by=NULL, lease_until=NULL, updated_at=? "
+                    "WHERE tenant=? AND job_id=?",
+                    (status, attempts, error_code, message[:500], now + delay, now, tenant, job_id),
                 )
 
-    def release_jobs(self, job_ids: Sequence[int]) -> None:
-        """Hand claimed jobs back untouched (shutdown, or a lost race to run again at once)."""
+    def release_jobs(self, jobs: Sequence[tuple[str, int]]) -> None:
+        """Hand claimed ``(tenant, job_id)`` jobs back untouched (shutdown, or a lost race to
+        run again at once)."""
         with self._write() as conn:
             conn.executemany(
                 "UPDATE jobs SET status='pending', claimed_by=NULL, lease_until=NULL, "
-                "next_retry_at=? WHERE job_id=? AND status='running'",
-                [(self.now(), job_id) for job_id in job_ids],
+                "next_retry_at=? WHERE tenant=? AND job_id=? AND status='running'",
+                [(self.now(), tenant, job_id) for tenant, job_id in jobs],
             )
 
     def release_worker(self, worker_prefix: str) -> int:

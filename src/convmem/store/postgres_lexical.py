@@ -55,10 +55,11 @@ class PostgresLexical(ChunkReads, LexicalStats):
             [(_tsvector(tokens), len(tokens), rowid) for rowid, tokens in rows],
         )
 
-    def _unindex(self, conn: Connection, rowids: Sequence[int]) -> None:
-        if rowids:
+    def _unindex(self, conn: Connection, tenant: str, rowids: Sequence[int]) -> None:
+        if rowids:  # the tenant routes the update to one shard on Citus
             conn.execute(
-                "UPDATE chunks SET tsv = NULL, ntokens = 0 WHERE rowid = ANY(?)", (list(rowids),)
+                "UPDATE chunks SET tsv = NULL, ntokens = 0 WHERE tenant = ? AND rowid = ANY(?)",
+                (tenant, list(rowids)),
             )
 
     def _clear_lexical(self, conn: Connection) -> None:

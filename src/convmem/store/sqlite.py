@@ -154,7 +154,7 @@ class SQLiteStore(SQLStore):
             [(rowid, " ".join(tokens)) for rowid, tokens in rows],
         )
 
-    def _unindex(self, conn: Connection, rowids: Sequence[int]) -> None:
+    def _unindex(self, conn: Connection, tenant: str, rowids: Sequence[int]) -> None:
         conn.executemany("DELETE FROM chunks_fts WHERE rowid=?", [(rowid,) for rowid in rowids])
 
     def _clear_lexical(self, conn: Connection) -> None:

@@ -137,7 +137,7 @@ class Indexer:
                 done += len(item.jobs)
                 self.metrics.chunks_ingested.inc(len(item.chunks))
             else:  # the conversation changed under the pass: run it again
-                self.store.release_jobs([job.job_id for job in item.jobs])
+                self.store.release_jobs([(job.tenant, job.job_id) for job in item.jobs])
         self.metrics.index_latency.observe(time.perf_counter() - began)
         return done
 
@@ -148,7 +148,7 @@ class Indexer:
         )
         self.metrics.job_retries.inc(len(jobs))
         self.store.fail_jobs(
-            [job.job_id for job in jobs],
+            [(job.tenant, job.job_id) for job in jobs],
             error_code=error_code(exc),
             message=f"{type(exc).__name__}: {exc}",
             base_delay=self.retry.base_seconds,
