@@ -81,3 +81,20 @@ def test_turns_are_capped_per_chunk_and_whole_chunks_stay_whole() -> None:
     memory_hit = next(hit for hit in hits if hit.chunk_id == "m")
     assert memory_hit.text == whole.text and memory_hit.context is None
     assert len(hits) == 7
+
+
+def test_chunks_without_stored_turn_vectors_still_score_their_turns(memory: Memory) -> None:
+    """A store indexed before turn vectors were kept: its lines are embedded at query time."""
+    texts = [*NOISE, "我的车停在地下二层B区17号车位。", "好的，已经记下了。", *NOISE]
+    memory.add_turns("c", make_turns(texts))
+    memory.flush()
+    stored = memory.search("车停在哪个车位", top_k=3, min_score=0)
+    with memory.store._write() as conn:
+        conn.execute("UPDATE chunks SET turn_vectors=NULL")
+    fallback = memory.search("车停在哪个车位", top_k=3, min_score=0)
+    assert [h.metadata["turn_range"] for h in fallback] == [
+        h.metadata["turn_range"] for h in stored
+    ]
+    assert fallback[0].metadata["evidence"]["similarity"] == pytest.approx(
+        stored[0].metadata["evidence"]["similarity"], abs=1e-4
+    )
