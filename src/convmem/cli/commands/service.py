@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from convmem.cli.common import bounded_int, open_memory, print_json, settings_of
+from convmem.cli.common import bounded_float, bounded_int, open_memory, print_json, settings_of
 from convmem.errors import InvalidInputError
 from convmem.worker.heap import trim_heap
 
@@ -50,6 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         marker=settings.marker,
         policy=settings.policy,
         max_body_bytes=args.max_body_bytes,
+        heap_trim_seconds=args.heap_trim_seconds,
     )
     app = create_app(server_settings)
     print(
@@ -116,6 +117,12 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     )
     serve.add_argument(
         "--max-body-bytes", type=bounded_int(1024, 2**31 - 1), default=4 * 1024 * 1024
+    )
+    serve.add_argument(
+        "--heap-trim-seconds",
+        type=bounded_float(0, 86400),
+        default=30.0,
+        help="give freed heap memory back to the OS this often (glibc malloc_trim; 0: never)",
     )
     serve.set_defaults(func=cmd_serve)
 
