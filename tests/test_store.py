@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from convmem import HashingEmbedder, Memory, StoreError
+from convmem.errors import InvalidInputError
 from convmem.store import SQLiteStore, parse_filters
 from convmem.store import lexical as store_lexical
 from convmem.store import schema as store_schema
@@ -49,7 +50,7 @@ def test_an_older_store_is_migrated_on_open(tmp_path: Path) -> None:
 def test_tenant_wide_lexical_keeps_rare_terms_when_common_ones_are_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_lexical, "LEXICAL_POSTINGS_BUDGET", 5)
+    monkeypatch.setattr(store_lexical.LexicalStats, "POSTINGS_BUDGET", 5)
     with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
         for index in range(12):
             memory.add_turns(
@@ -204,9 +205,20 @@ def test_connections_of_ended_threads_are_closed(tmp_path: Path) -> None:
 def test_postgres_urls_keep_spaces_in_options_as_libpq_reads_them() -> None:
     from convmem.store.postgres import _parse_url
 
-    conninfo, schema = _parse_url(
+    conninfo, schema, ef_search = _parse_url(
         "postgres://u@h:5432/db?schema=tenant_a&options=-c%20statement_timeout%3D5000"
     )
-    assert schema == "tenant_a" and "schema=" not in conninfo
+    assert schema == "tenant_a" and "schema=" not in conninfo and ef_search is None
     assert conninfo.startswith("postgresql://u@h:5432/db?")
     assert "options=-c%20statement_timeout%3D5000" in conninfo and "+" not in conninfo
+
+
+def test_postgres_urls_take_ef_search_and_name_a_bad_one() -> None:
+    from convmem.store.postgres import _parse_url
+
+    conninfo, _, ef_search = _parse_url("postgresql://u@h/db?ef_search=400&sslmode=disable")
+    assert ef_search == 400 and "ef_search" not in conninfo and "sslmode=disable" in conninfo
+    for bad in ("0", "1001", "many"):
+        with pytest.raises(InvalidInputError, match="ef_search") as caught:
+            _parse_url(f"postgresql://u@h/db?ef_search={bad}")
+        assert caught.value.field == "url"

@@ -728,3 +728,103 @@ def test_the_worker_stores_a_vector_per_turn_and_search_reads_them(backend_url: 
         memory.reindex()
         after = _turn_vector_rows(memory, "c")
         assert after and all(count is not None and count > 0 for count in after.values())
+
+
+LEXICAL_TOP5: dict[str, Any] = {
+    "top_k": 5,
+    "mode": "lexical",
+    "min_score": 0,
+    "granularity": "chunk",
+}
+
+
+@pytest.mark.parametrize("backend", ["postgres", "citus"])
+def test_bm25_collection_statistics_are_sampled_in_a_large_store(
+    backend_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above SAMPLE_ABOVE rows the server stores estimate (documents, mean length) from a
+    page sample instead of counting every row; the figures stay near the exact ones and
+    the ranking is the same."""
+    from convmem.store import postgres_lexical
+
+    texts = [f"chunk {i} about topic{i % 7} " + "filler " * (i % 5) for i in range(600)]
+    with opened(backend_url) as memory:
+        records = [
+            chunk(f"c{i}", text, conversation=f"conv{i % 3}") for i, text in enumerate(texts)
+        ]
+        assert memory.upsert_chunks(records).errors == []
+        with memory.store._write() as conn:  # type: ignore[attr-defined]
+            conn.execute("ANALYZE chunks")
+        store = memory.store
+        exact_documents, exact_mean = store._collection()  # type: ignore[attr-defined]
+        assert exact_documents == 600
+        exact_hits = [h.chunk_id for h in memory.search("topic3 filler", **LEXICAL_TOP5)]
+        monkeypatch.setattr(postgres_lexical, "SAMPLE_ABOVE", 100)
+        monkeypatch.setattr(postgres_lexical, "SAMPLE_ROWS", 300)
+        store._forget_terms()  # type: ignore[attr-defined]
+        assert store._row_estimate(store._db()) >= 500  # type: ignore[attr-defined]
+        documents, mean = store._collection()  # type: ignore[attr-defined]
+        assert 200 < documents < 1800 and abs(mean - exact_mean) / exact_mean < 0.5
+        hits = [h.chunk_id for h in memory.search("topic3 filler", **LEXICAL_TOP5)]
+        assert hits and set(hits) <= {f"c{i}" for i in range(600) if i % 7 == 3}
+        assert len(hits) == len(exact_hits)
+
+
+def test_one_conversation_is_scored_with_its_own_statistics(backend_url: str) -> None:
+    """Within one conversation every backend scores BM25 over that conversation's rows
+    with statistics from those rows alone: the same scores as bm25.rank over their tokens,
+    whatever else the tenant holds."""
+    from convmem.store.lexical import query_terms
+    from convmem.text import bm25, tokenize
+
+    inside = [
+        "the ferry to the island leaves at noon",
+        "ferry tickets ferry tickets sold at the pier",
+        "lunch by the harbor after the ferry ride",
+        "no boats mentioned here at all",
+    ]
+    elsewhere = [f"ferry schedule page {i} ferry ferry" for i in range(30)]
+    with opened(backend_url) as memory:
+        records = [chunk(f"in{i}", text, conversation="trip") for i, text in enumerate(inside)]
+        records += [
+            chunk(f"out{i}", text, conversation="other") for i, text in enumerate(elsewhere)
+        ]
+        assert memory.upsert_chunks(records).errors == []
+        spec = parse_filters({"conversation_id": "trip"}, tenant=memory.tenant)
+        tokens = tokenize("ferry tickets at the pier")
+        got = memory.store.lexical(memory.tenant, spec, tokens, 10)
+        rowids = {chunk_id: rowid for rowid, chunk_id in rows_of(memory).items()}
+        weights = query_terms(tokens, spec)
+        reference = bm25.rank(weights, [tokenize(text) for text in inside])
+        want = sorted(
+            ((rowids[f"in{i}"], score) for i, score in enumerate(reference) if score > 0),
+            key=lambda item: (-item[1], item[0]),
+        )
+        assert [rowid for rowid, _ in got] == [rowid for rowid, _ in want]
+        assert [round(score, 6) for _, score in got] == [round(score, 6) for _, score in want]
+
+
+@pytest.mark.parametrize("backend", ["postgres", "citus"])
+def test_the_hnsw_graph_is_built_with_the_chosen_breadth(backend_url: str) -> None:
+    from convmem.store.postgres import HNSW_EF_CONSTRUCTION, HNSW_M
+
+    with opened(backend_url) as memory:
+        assert memory.upsert_chunks([chunk("k1", "the lighthouse keeper")]).errors == []
+        store = memory.store
+
+        def definition() -> str:
+            rows = store._db().execute(  # type: ignore[attr-defined]
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                "AND indexname LIKE 'chunks\\_hnsw\\_%'"
+            )
+            return " ".join(row[0] for row in rows)
+
+        assert f"m='{HNSW_M}'" in definition()
+        assert f"ef_construction='{HNSW_EF_CONSTRUCTION}'" in definition()
+        store.drop_vector_index()  # type: ignore[attr-defined]
+        store.build_vector_index(m=8, ef_construction=40)  # type: ignore[attr-defined]
+        assert "m='8'" in definition() and "ef_construction='40'" in definition()
+        with pytest.raises(InvalidInputError, match="ef_construction") as caught:
+            store.build_vector_index(m=16, ef_construction=20)  # type: ignore[attr-defined]
+        assert caught.value.field == "ef_construction"
+        assert memory.search("lighthouse", top_k=1, mode="vector", min_score=0)

@@ -32,7 +32,7 @@ from convmem.clock import Clock
 from convmem.errors import StoreError
 from convmem.store.base import SQLStore
 from convmem.store.dbapi import Connection
-from convmem.store.postgres import PostgresStore
+from convmem.store.postgres import OWN_OPTIONS, PostgresStore
 from convmem.store.postgres_lexical import EXACT_COUNT_BELOW, STATS_SECONDS, _tsquery
 
 __all__ = ["CitusStore", "citus_ddl", "has_citus", "open_postgres"]
@@ -106,7 +106,12 @@ class CitusStore(PostgresStore):
     """PostgreSQL + pgvector + Citus: tables distributed by tenant over the workers."""
 
     def __init__(
-        self, url: str, *, pool_size: int = 10, ef_search: int = 200, clock: Clock | None = None
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        ef_search: int | None = None,
+        clock: Clock | None = None,
     ) -> None:
         # SET LOCAL (hnsw.ef_search, iterative scans, maintenance_work_mem) must reach the
         # workers that run the shard queries; Citus forwards them only when asked to.
@@ -246,6 +251,18 @@ class CitusStore(PostgresStore):
             self._common = (time.monotonic(), common)
         return common
 
+    def _row_estimate(self, reader: Connection) -> float:
+        """The shards' own estimates summed (the coordinator's table is an empty shell)."""
+        row = reader.execute(
+            "SELECT coalesce(sum(greatest(result::float8, 0)), 0) "
+            "FROM run_command_on_shards(?, ?) WHERE success",
+            (
+                self._qualified("chunks"),
+                "SELECT reltuples FROM pg_class WHERE oid = '%s'::regclass",
+            ),
+        )
+        return float(row.fetchone()[0])
+
     def _term_counts(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
         """Documents per term: the shards' statistics for common terms, counts for the rest.
 
@@ -274,9 +291,11 @@ class CitusStore(PostgresStore):
 
 
 def _without_options(url: str) -> str:
-    """The URL libpq accepts: convmem's own option (``schema``) taken out."""
+    """The URL libpq accepts: convmem's own options (``schema``, ``ef_search``) taken out."""
     parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
+    query = [
+        (k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in OWN_OPTIONS
+    ]
     scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
     return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), ""))
 

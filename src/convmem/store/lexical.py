@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from convmem.store.contract import Backend
 from convmem.store.dbapi import Connection
@@ -19,6 +19,7 @@ __all__ = [
     "TERM_CACHE_SECONDS",
     "LexicalStats",
     "query_terms",
+    "score_rows",
 ]
 
 logger = logging.getLogger(__name__)
@@ -44,24 +45,55 @@ def query_terms(tokens: Sequence[str], spec: FilterSpec) -> dict[str, float]:
     return bm25.query_weights(tokens, limit)
 
 
+def score_rows(
+    terms: Mapping[str, float], rows: Sequence[tuple[int, int, Mapping[str, int]]], limit: int
+) -> list[tuple[int, float]]:
+    """BM25 of ``rows`` (``(rowid, length, {term: count})``, every row under the filter,
+    counts of query terms only) with statistics from these rows: best ``limit`` first.
+
+    How both stores score one conversation's rows (a few hundred, read directly)."""
+    if not rows:
+        return []
+    frequency: dict[str, int] = dict.fromkeys(terms, 0)
+    for _, _, counts in rows:
+        for word in counts:
+            if word in frequency:
+                frequency[word] += 1
+    average = sum(length for _, length, _ in rows) / len(rows)
+    idf = {term: bm25.idf(len(rows), found) for term, found in frequency.items()}
+    scored = [
+        (rowid, bm25.score(terms, idf, counts, length, average))
+        for rowid, length, counts in rows
+        if counts
+    ]
+    scored.sort(key=lambda item: (-item[1], item[0]))
+    return scored[:limit]
+
+
 class LexicalStats(Backend):
     """Which query terms a lexical search reads, from cached document frequencies."""
 
     _term_cache: dict[str, int]
     _term_cache_time: float
+    #: Postings a tenant-wide query reads (its rarest terms first), and the most read for
+    #: its rarest term when that one alone exceeds the budget. FTS5 reads a term's doclist
+    #: in one sequential pass; a server store visits a heap row per posting and keeps
+    #: smaller budgets (see PostgresLexical).
+    POSTINGS_BUDGET = LEXICAL_POSTINGS_BUDGET
+    LONE_TERM_POSTINGS = 4 * LEXICAL_POSTINGS_BUDGET
 
     def _forget_terms(self) -> None:
         """Drop cached term statistics (after the lexical index was rebuilt)."""
         self._term_cache.clear()
 
     def _selective_terms(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
-        """The query's rarest terms within the postings budget (see LEXICAL_POSTINGS_BUDGET),
+        """The query's rarest terms within the postings budget (``POSTINGS_BUDGET``),
         each with the number of chunks holding it, rarest first.
 
         Document frequencies are cached in-process for a few minutes: they only steer which
         terms are read, so a slightly stale count costs nothing in correctness. A term whose
-        postings alone exceed four budgets is never read (it is in so many chunks that it
-        says little, and the vector side still answers).
+        postings alone exceed ``LONE_TERM_POSTINGS`` is never read (it is in so many chunks
+        that it says little, and the vector side still answers).
         """
         now = time.monotonic()
         if now - self._term_cache_time > TERM_CACHE_SECONDS:
@@ -77,8 +109,8 @@ class LexicalStats(Backend):
         chosen: dict[str, int] = {}
         postings = 0
         for count, term in present:
-            if count > 4 * LEXICAL_POSTINGS_BUDGET or (
-                chosen and postings + count > LEXICAL_POSTINGS_BUDGET
+            if count > self.LONE_TERM_POSTINGS or (
+                chosen and postings + count > self.POSTINGS_BUDGET
             ):
                 break
             chosen[term] = count

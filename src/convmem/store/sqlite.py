@@ -21,7 +21,7 @@ from convmem.errors import StoreError
 from convmem.store.base import MIGRATIONS, SQLStore, query_terms, select_in
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
-from convmem.text import bm25
+from convmem.store.lexical import score_rows
 
 __all__ = ["SQLiteStore"]
 
@@ -251,29 +251,13 @@ class SQLiteStore(SQLStore):
             )
             .fetchall()
         )
-        if not rows:
-            return []
         wanted = set(terms)
-        docs: list[tuple[int, int, dict[str, int]]] = []
-        frequency: dict[str, int] = dict.fromkeys(wanted, 0)
-        total_length = 0
+        documents = []
         for rowid, text in rows:
             words = text.split(" ")
-            total_length += len(words)
             counts: dict[str, int] = {}
             for word in words:
                 if word in wanted:
                     counts[word] = counts.get(word, 0) + 1
-            for word in counts:
-                frequency[word] += 1
-            if counts:
-                docs.append((rowid, len(words), counts))
-        count = len(rows)
-        average = total_length / count
-        idf = {term: bm25.idf(count, found) for term, found in frequency.items()}
-        scored = [
-            (rowid, bm25.score(terms, idf, counts, length, average))
-            for rowid, length, counts in docs
-        ]
-        scored.sort(key=lambda item: (-item[1], item[0]))
-        return scored[:limit]
+            documents.append((rowid, len(words), counts))
+        return score_rows(terms, documents, limit)
