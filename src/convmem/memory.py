@@ -494,12 +494,12 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         for rows in engine.store.iter_live_chunks(batch_size):
             embedded = embed_chunks(
                 engine.embedding,
-                [(text, metadata.get("turn_offsets") or []) for _, text, metadata in rows],
+                [(text, metadata.get("turn_offsets") or []) for _, _, text, metadata in rows],
             )
             engine.store.replace_vectors(
                 [
-                    (rowid, vector, lines)
-                    for (rowid, _, _), (vector, lines) in zip(rows, embedded, strict=True)
+                    (tenant, rowid, vector, lines)
+                    for (tenant, rowid, _, _), (vector, lines) in zip(rows, embedded, strict=True)
                 ],
                 engine.embedding.model_id,
             )

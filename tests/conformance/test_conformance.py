@@ -828,3 +828,25 @@ def test_the_hnsw_graph_is_built_with_the_chosen_breadth(backend_url: str) -> No
             store.build_vector_index(m=16, ef_construction=20)  # type: ignore[attr-defined]
         assert caught.value.field == "ef_construction"
         assert memory.search("lighthouse", top_k=1, mode="vector", min_score=0)
+
+
+def test_a_tokenizer_change_rebuilds_every_tenants_lexical_index(backend_url: str) -> None:
+    """The rebuild re-indexes each tenant's rows (by tenant and rowid: one shard per
+    statement on Citus), and neither tenant's search sees the other's chunks."""
+    with opened(backend_url) as memory:
+        other = memory.for_tenant("acme")
+        assert memory.upsert_chunks([chunk("k1", "she painted two sunrises")]).errors == []
+        assert other.upsert_chunks([chunk("k2", "he painted the harbour")]).errors == []
+        with memory.store._write() as conn:  # type: ignore[attr-defined]
+            conn.execute("UPDATE meta SET value='1' WHERE key='tokenizer_version'")
+            conn.execute(  # an index no search can use until it is rebuilt
+                "DELETE FROM chunks_fts"
+                if memory.store.DIALECT == "sqlite"
+                else "UPDATE chunks SET tsv = NULL"
+            )
+        assert not memory.search("painted", top_k=5, mode="lexical", min_score=0)
+    with opened(backend_url) as memory:
+        mine = memory.search("paint", top_k=5, mode="lexical", min_score=0)
+        theirs = memory.for_tenant("acme").search("paint", top_k=5, mode="lexical", min_score=0)
+        assert [h.chunk_id for h in mine] == ["k1"]
+        assert [h.chunk_id for h in theirs] == ["k2"]

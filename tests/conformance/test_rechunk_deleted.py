@@ -27,7 +27,7 @@ def _open(url: str, version: int, max_turns: int) -> Memory:
 
 def _check_no_deleted_turn_is_named(memory: Memory, deleted: set[int]) -> None:
     live = set(range(len(TEXTS))) - deleted
-    chunks = [metadata for rows in memory.store.iter_live_chunks() for _, _, metadata in rows]
+    chunks = [metadata for rows in memory.store.iter_live_chunks() for _, _, _, metadata in rows]
     assert chunks
     for metadata in chunks:
         seqs, (start, end) = set(metadata["turn_seqs"]), metadata["turn_range"]

@@ -129,7 +129,7 @@ class ChunkTables(GovernanceTables):
                 (*values, rowid),
             )
             self._unindex(conn, tenant, [rowid])
-        self._index_tokens(conn, [(rowid, item.tokens)])
+        self._index_tokens(conn, tenant, [(rowid, item.tokens)])
         return existing is not None
 
     def apply_index(self, batches: Sequence[IndexBatch], *, model_id: str) -> list[bool]:

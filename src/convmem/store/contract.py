@@ -103,8 +103,10 @@ class Backend(ABC):
     # -- lexical index -----------------------------------------------------------------
 
     @abstractmethod
-    def _index_tokens(self, conn: Connection, rows: Sequence[tuple[int, Sequence[str]]]) -> None:
-        """Add rows' segmented tokens to the lexical index."""
+    def _index_tokens(
+        self, conn: Connection, tenant: str, rows: Sequence[tuple[int, Sequence[str]]]
+    ) -> None:
+        """Add ``tenant``'s rows' segmented tokens to the lexical index."""
 
     @abstractmethod
     def _unindex(self, conn: Connection, tenant: str, rowids: Sequence[int]) -> None: ...

@@ -58,10 +58,13 @@ class PostgresLexical(ChunkReads, LexicalStats):
     POSTINGS_BUDGET = 4000
     LONE_TERM_POSTINGS = 4000
 
-    def _index_tokens(self, conn: Connection, rows: Sequence[tuple[int, Sequence[str]]]) -> None:
-        conn.executemany(
-            "UPDATE chunks SET tsv = CAST(? AS tsvector), ntokens = ? WHERE rowid = ?",
-            [(_tsvector(tokens), len(tokens), rowid) for rowid, tokens in rows],
+    def _index_tokens(
+        self, conn: Connection, tenant: str, rows: Sequence[tuple[int, Sequence[str]]]
+    ) -> None:
+        conn.executemany(  # the tenant routes each update to one shard on Citus
+            "UPDATE chunks SET tsv = CAST(? AS tsvector), ntokens = ? "
+            "WHERE tenant = ? AND rowid = ?",
+            [(_tsvector(tokens), len(tokens), tenant, rowid) for rowid, tokens in rows],
         )
 
     def _unindex(self, conn: Connection, tenant: str, rowids: Sequence[int]) -> None:

@@ -126,39 +126,44 @@ class ChunkReads(Backend):
 
     # -- maintenance -------------------------------------------------------------------
 
-    def iter_live_chunks(self, batch: int = 512) -> Iterator[list[tuple[int, str, dict[str, Any]]]]:
-        """Live chunks' ``(rowid, text, metadata)`` in batches, across tenants (for reindex)."""
+    def iter_live_chunks(
+        self, batch: int = 512
+    ) -> Iterator[list[tuple[str, int, str, dict[str, Any]]]]:
+        """Live chunks' ``(tenant, rowid, text, metadata)`` in batches, across tenants (for
+        reindex; the tenant lets each update name its shard on Citus)."""
         last = 0
         conn = self._db()
         while True:
             rows = conn.execute(
-                "SELECT rowid, text, metadata FROM chunks WHERE deleted=0 AND rowid > ? "
+                "SELECT tenant, rowid, text, metadata FROM chunks WHERE deleted=0 AND rowid > ? "
                 "ORDER BY rowid LIMIT ?",
                 (last, batch),
             ).fetchall()
             if not rows:
                 return
-            yield [(row[0], row[1], json.loads(row[2])) for row in rows]
-            last = rows[-1][0]
+            yield [(row[0], row[1], row[2], json.loads(row[3])) for row in rows]
+            last = rows[-1][1]
 
     def replace_vectors(
-        self, rows: Sequence[tuple[int, np.ndarray, np.ndarray | None]], model_id: str
+        self, rows: Sequence[tuple[str, int, np.ndarray, np.ndarray | None]], model_id: str
     ) -> None:
-        """New vectors (and turn vectors, None for none) for live chunks, by rowid."""
+        """New vectors (and turn vectors, None for none) for live chunks, by
+        ``(tenant, rowid)``."""
         with self._write() as conn:
             change = next_change(conn)
             conn.executemany(
                 f"UPDATE chunks SET vector={self.VECTOR_PARAM}, turn_vectors=?, model_id=?, "
-                "change_seq=? WHERE rowid=?",
+                "change_seq=? WHERE tenant=? AND rowid=?",
                 [
                     (
                         self._vector_param(vector),
                         None if lines is None else matrix_bytes(lines),
                         model_id,
                         change,
+                        tenant,
                         rowid,
                     )
-                    for rowid, vector, lines in rows
+                    for tenant, rowid, vector, lines in rows
                 ],
             )
 

@@ -179,16 +179,24 @@ class SchemaTables(Backend):
         count = 0
         with self._write() as conn:
             rows = conn.execute(
-                "SELECT rowid, text FROM chunks WHERE deleted=0 AND text IS NOT NULL"
+                "SELECT tenant, rowid, text FROM chunks WHERE deleted=0 AND text IS NOT NULL "
+                "ORDER BY tenant, rowid"
             ).fetchall()
             count = len(rows)
             if rows:
                 self._clear_lexical(conn)
                 for start in range(0, len(rows), 1000):
-                    self._index_tokens(
-                        conn,
-                        [(rowid, tokenize(text)) for rowid, text in rows[start : start + 1000]],
-                    )
+                    page = rows[start : start + 1000]
+                    for tenant in dict.fromkeys(row[0] for row in page):
+                        self._index_tokens(
+                            conn,
+                            tenant,
+                            [
+                                (rowid, tokenize(text))
+                                for owner, rowid, text in page
+                                if owner == tenant
+                            ],
+                        )
             conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('tokenizer_version', ?) " + UPSERT_META,
                 (signature,),

@@ -148,7 +148,9 @@ class SQLiteStore(SQLStore):
 
     # -- lexical index -----------------------------------------------------------------
 
-    def _index_tokens(self, conn: Connection, rows: Sequence[tuple[int, Sequence[str]]]) -> None:
+    def _index_tokens(
+        self, conn: Connection, tenant: str, rows: Sequence[tuple[int, Sequence[str]]]
+    ) -> None:
         conn.executemany(
             "INSERT INTO chunks_fts (rowid, tokens) VALUES (?, ?)",
             [(rowid, " ".join(tokens)) for rowid, tokens in rows],
