@@ -243,6 +243,46 @@ def test_a_candidate_finished_by_another_worker_is_not_claimed_again(url: str) -
         assert store.claim_jobs("late", limit=10, lease_seconds=60) == []
 
 
+def test_libpq_options_in_the_url_reach_the_session(url: str) -> None:
+    """A caller's ``options=-c name=value`` (spaces as %20) and the store's own Citus
+    setting both reach the server: '+' for a space, which libpq leaves undecoded, once
+    broke the connection."""
+    with opened(f"{url}&options=-c%20statement_timeout%3D4321") as memory:
+        read = memory.store._db().execute
+        assert read("SHOW statement_timeout").fetchone()[0] == "4321ms"
+        assert read("SHOW citus.propagate_set_commands").fetchone()[0] == "local"
+
+
+def test_indexing_a_tenant_commits_on_its_node_alone(url: str) -> None:
+    """Writing and indexing one tenant's turns is a one-node transaction: no two-phase
+    commit, which any write to a reference table (``meta`` is one) forces on every node.
+    Citus records each two-phase commit in ``pg_dist_transaction`` until recovery."""
+    with opened(url) as memory:
+        memory.add_turns("warm", make_turns(["a first line", "and a reply"]))
+        memory.flush()
+        with coordinator(url) as conn:
+            conn.execute("SELECT recover_prepared_transactions()")
+            assert conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()[0] == 0
+        memory.add_turns("c1", make_turns(["我住在杭州", "好的，记住了", "下周去上海出差"]))
+        memory.flush()
+        assert (
+            memory.upsert_chunks(
+                [
+                    {
+                        "chunk_id": "k1",
+                        "text": "a note",
+                        "metadata": {"conversation_id": "c2", "turn_range": [0, 0]},
+                    }
+                ]
+            ).errors
+            == []
+        )
+        assert memory.delete("c1", turn_range=[0, 0]).turns_deleted == 1
+        memory.flush()
+        with coordinator(url) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()[0] == 0
+
+
 def wait_for(condition: Any, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():

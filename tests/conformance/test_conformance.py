@@ -850,3 +850,52 @@ def test_a_tokenizer_change_rebuilds_every_tenants_lexical_index(backend_url: st
         theirs = memory.for_tenant("acme").search("paint", top_k=5, mode="lexical", min_score=0)
         assert [h.chunk_id for h in mine] == ["k1"]
         assert [h.chunk_id for h in theirs] == ["k2"]
+
+
+def _change_of(memory: Memory, chunk_id: str) -> int:
+    row = (
+        memory.store._db()  # type: ignore[attr-defined]
+        .execute(
+            "SELECT change_seq FROM chunks WHERE tenant=? AND chunk_id=?", (memory.tenant, chunk_id)
+        )
+        .fetchone()
+    )
+    return int(row[0])
+
+
+def test_every_chunk_write_draws_a_larger_change_number(backend_url: str) -> None:
+    """Upserts, tombstones and reopening the store: each write's change number is above
+    every earlier one, and ``latest_change`` is the newest handed out."""
+    with opened(backend_url) as memory:
+        assert memory.store.latest_change() == 0
+        assert memory.upsert_chunks([chunk("k1", "first note")]).errors == []
+        first = _change_of(memory, "k1")
+        assert first >= 1 and memory.store.latest_change() == first
+        assert memory.upsert_chunks([chunk("k2", "second note")]).errors == []
+        second = _change_of(memory, "k2")
+        assert second > first
+        assert memory.delete("c1", chunk_ids=["k1"]).deleted == 1
+        deleted = _change_of(memory, "k1")
+        assert deleted > second and memory.store.latest_change() == deleted
+    with opened(backend_url) as memory:
+        assert memory.store.latest_change() == deleted
+        assert memory.upsert_chunks([chunk("k3", "after reopening")]).errors == []
+        assert _change_of(memory, "k3") > deleted
+
+
+@pytest.mark.parametrize("backend", ["postgres", "citus"])
+def test_a_server_store_of_an_earlier_release_goes_on_from_its_counter(backend_url: str) -> None:
+    """Stores of earlier releases counted in ``meta``; the sequence that replaces the row
+    starts above it, so change numbers never go back."""
+    with opened(backend_url) as memory:
+        assert memory.upsert_chunks([chunk("k1", "first note")]).errors == []
+        with memory.store._write() as conn:  # type: ignore[attr-defined]
+            conn.execute("DROP SEQUENCE convmem_change_seq")
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('change_seq', '500') "
+                "ON CONFLICT (key) DO UPDATE SET value = '500'"
+            )
+    with opened(backend_url) as memory:
+        assert memory.store.latest_change() == 500
+        assert memory.upsert_chunks([chunk("k2", "second note")]).errors == []
+        assert _change_of(memory, "k2") == 501

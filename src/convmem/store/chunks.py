@@ -11,14 +11,7 @@ from typing import Any, NamedTuple
 from convmem.store.dbapi import Connection
 from convmem.store.filters import dumps_list
 from convmem.store.governance import GovernanceTables
-from convmem.store.records import (
-    IndexBatch,
-    IndexedChunk,
-    matrix_bytes,
-    next_change,
-    select_in,
-    text_digest,
-)
+from convmem.store.records import IndexBatch, IndexedChunk, matrix_bytes, select_in, text_digest
 
 __all__ = ["ChunkTables", "ChunkWrite"]
 
@@ -147,7 +140,7 @@ class ChunkTables(GovernanceTables):
             # every lock up front, in one order, so two workers can never deadlock
             for tenant, conversation_id in sorted({(b.tenant, b.conversation_id) for b in batches}):
                 self._lock_conversation(conn, tenant, conversation_id)
-            change = next_change(conn)
+            change = self._next_change(conn)
             for batch in batches:
                 results.append(
                     self._apply_one(conn, batch, model_id=model_id, change=change, now=now)
@@ -204,8 +197,8 @@ class ChunkTables(GovernanceTables):
         )
         conn.executemany(
             "UPDATE jobs SET status='done', claimed_by=NULL, lease_until=NULL, "
-            "error_code=NULL, error_message=NULL, updated_at=? WHERE job_id=?",
-            [(now, job_id) for job_id in batch.job_ids],
+            "error_code=NULL, error_message=NULL, updated_at=? WHERE tenant=? AND job_id=?",
+            [(now, tenant, job_id) for job_id in batch.job_ids],
         )
         return True
 
@@ -229,7 +222,7 @@ class ChunkTables(GovernanceTables):
         """Upsert caller-built chunks (seed ``upsert_vector_records``): ``(inserted, updated)``."""
         inserted = updated = 0
         with self._write() as conn:
-            change = next_change(conn)
+            change = self._next_change(conn)
             for item in items:
                 if self._upsert_chunk(conn, tenant, item, ChunkWrite("api", model_id, change)):
                     updated += 1
@@ -240,7 +233,7 @@ class ChunkTables(GovernanceTables):
     # -- delete and purge --------------------------------------------------------------
 
     def _tombstone_chunks(self, conn: Connection, tenant: str, rowids: Sequence[int]) -> None:
-        change = next_change(conn)
+        change = self._next_change(conn)
         self._unindex(conn, tenant, rowids)
         conn.executemany(
             "UPDATE chunks SET deleted=1, vector=NULL, turn_vectors=NULL, updated_at=?, "
@@ -297,7 +290,7 @@ class ChunkTables(GovernanceTables):
                 sql += " AND conversation_id=?"
                 params.append(conversation_id)
             conversations = conn.execute(sql, params).fetchall()
-            change = next_change(conn)
+            change = self._next_change(conn)
             for conversation, last_seq in conversations:
                 rowids = [
                     row[0]

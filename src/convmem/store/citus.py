@@ -26,7 +26,7 @@ import re
 import time
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from convmem.clock import Clock
 from convmem.errors import StoreError
@@ -115,8 +115,7 @@ class CitusStore(PostgresStore):
     ) -> None:
         # SET LOCAL (hnsw.ef_search, iterative scans, maintenance_work_mem) must reach the
         # workers that run the shard queries; Citus forwards them only when asked to.
-        # (The spaceless --name=value form: the URL round trip writes spaces as '+',
-        # which libpq does not decode.)
+        # (Spaces in options travel as %20: libpq decodes that, not '+'.)
         super().__init__(
             _with_options(url, "--citus.propagate_set_commands=local"),
             pool_size=pool_size,
@@ -297,7 +296,7 @@ def _without_options(url: str) -> str:
         (k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in OWN_OPTIONS
     ]
     scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
-    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), ""))
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query, quote_via=quote), ""))
 
 
 def _with_options(url: str, option: str) -> str:
@@ -306,7 +305,7 @@ def _with_options(url: str, option: str) -> str:
     query = parse_qsl(parts.query, keep_blank_values=True)
     options = " ".join([v for k, v in query if k == "options"] + [option])
     query = [(k, v) for k, v in query if k != "options"] + [("options", options)]
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
 def _redact_url(url: str) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 from convmem.clock import SYSTEM_CLOCK, Clock
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
+from convmem.store.records import next_change
 
 __all__ = ["Backend"]
 
@@ -69,6 +70,19 @@ class Backend(ABC):
 
     def _lock_schema(self, conn: Connection) -> None:  # noqa: B027 (an optional hook)
         """Keep two processes from migrating at once (SQLite's write lock already does)."""
+
+    def _next_change(self, conn: Connection) -> int:
+        """A new change number, inside the writing transaction ``conn``.
+
+        The numbers order chunk writes for the SQLite store's incremental HNSW sidecar
+        (``latest_change``/``changes_since``). The default keeps a counter row in ``meta``,
+        which serialises writers: right where there is one writer at a time."""
+        return next_change(conn)
+
+    def latest_change(self) -> int:
+        """The newest change number handed out (0 before the first write)."""
+        row = self._db().execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
+        return int(row[0]) if row else 0
 
     @abstractmethod
     def _migrations(self) -> list[str]:

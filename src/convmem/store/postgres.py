@@ -50,6 +50,9 @@ EF_SEARCH = 200
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 128
 
+#: Draws the change numbers of chunk writes (see ``_next_change``).
+CHANGE_SEQUENCE = "convmem_change_seq"
+
 LEXICAL_MIGRATIONS = {
     1: """
     ALTER TABLE chunks ADD COLUMN IF NOT EXISTS tsv tsvector;
@@ -251,6 +254,30 @@ class PostgresStore(PostgresLexical, SQLStore):
             ";".join(part for part in (pg_ddl(ddl), LEXICAL_MIGRATIONS.get(version, "")) if part)
             for version, ddl in enumerate(MIGRATIONS, start=1)
         ]
+
+    def _migrate(self) -> None:
+        super()._migrate()
+        with self._write() as conn:
+            self._lock_schema(conn)
+            if conn.execute(f"SELECT to_regclass('{CHANGE_SEQUENCE}')").fetchone()[0] is None:
+                # go on from the counter row that stores of earlier releases kept in meta
+                row = conn.execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
+                start = int(row[0]) + 1 if row else 1
+                conn.execute(f"CREATE SEQUENCE {CHANGE_SEQUENCE} START WITH {start}")
+
+    def _next_change(self, conn: Connection) -> int:
+        """From a sequence, not the ``meta`` row: concurrent writers do not queue on one
+        row, and on Citus an indexing transaction stays on the tenant's node (``meta`` is a
+        reference table there, so writing it made every commit two-phase on every node).
+        Numbers are handed out in call order, not commit order; only the SQLite sidecar
+        needs commit order, and it never runs on a server store."""
+        return int(conn.execute(f"SELECT nextval('{CHANGE_SEQUENCE}')").fetchone()[0])
+
+    def latest_change(self) -> int:
+        last, called = (
+            self._db().execute(f"SELECT last_value, is_called FROM {CHANGE_SEQUENCE}").fetchone()
+        )
+        return int(last) if called else int(last) - 1
 
     def _lock_schema(self, conn: Connection) -> None:
         conn.execute(

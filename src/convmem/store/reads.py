@@ -12,7 +12,7 @@ import numpy as np
 
 from convmem.store.contract import Backend
 from convmem.store.filters import FilterSpec, to_sql
-from convmem.store.records import matrix_bytes, next_change, select_in
+from convmem.store.records import matrix_bytes, select_in
 
 __all__ = ["ChunkReads"]
 
@@ -88,10 +88,6 @@ class ChunkReads(Backend):
         rows = self._db().execute(sql, [*params, limit, offset]).fetchall()
         return [(row[0], row[1], json.loads(row[2])) for row in rows]
 
-    def latest_change(self) -> int:
-        row = self._db().execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
-        return int(row[0]) if row else 0
-
     def changes_since(
         self, tenant: str, after: int, upto: int, *, page: int = 50_000
     ) -> Iterator[list[tuple[int, bytes | None]]]:
@@ -150,7 +146,7 @@ class ChunkReads(Backend):
         """New vectors (and turn vectors, None for none) for live chunks, by
         ``(tenant, rowid)``."""
         with self._write() as conn:
-            change = next_change(conn)
+            change = self._next_change(conn)
             conn.executemany(
                 f"UPDATE chunks SET vector={self.VECTOR_PARAM}, turn_vectors=?, model_id=?, "
                 "change_seq=? WHERE tenant=? AND rowid=?",
