@@ -9,6 +9,7 @@ shard tables on the worker nodes directly.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import threading
 import time
@@ -241,6 +242,51 @@ def test_a_candidate_finished_by_another_worker_is_not_claimed_again(url: str) -
         with store._write() as conn:
             assert store._claimable(conn, stale, "late", time.time()) == []
         assert store.claim_jobs("late", limit=10, lease_seconds=60) == []
+
+
+def test_unlisted_terms_take_the_shard_planners_estimate(url: str, monkeypatch: Any) -> None:
+    """Document counts of terms that no shard lists as common: counted exactly while the
+    planner's estimate for them is small, else that estimate (what the PostgreSQL store's
+    planner gives); counting them at a million chunks read every matching row."""
+    from convmem.store import postgres_lexical
+    from convmem.store.postgres_lexical import _tsquery
+
+    vocabulary = [f"word{i}" for i in range(30)]
+    rng = random.Random(5)
+    records = [
+        {
+            "chunk_id": f"k{i}",
+            "text": " ".join(rng.sample(vocabulary, 6)) + (" zebra" if i < 2 else ""),
+            "metadata": {"conversation_id": f"c{i % 7}", "turn_range": [0, 0]},
+        }
+        for i in range(600)
+    ]
+    with opened(url) as memory:
+        assert memory.upsert_chunks(records).errors == []
+        shard, host, port = placement(url, "chunks", memory.tenant)
+        node = urlsplit(url.split("?")[0])._replace(
+            netloc=f"{urlsplit(url).username}@{host}:{port}"
+        )
+        with psycopg.connect(node.geturl(), autocommit=True) as conn:
+            conn.execute("SET default_statistics_target = 1")  # list the 10 most common terms
+            conn.execute(f"ANALYZE {schema_of(url)}.chunks_{shard}")
+        (plan,) = on_node(
+            url,
+            host,
+            port,
+            f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema_of(url)}.chunks_{shard} "
+            f"WHERE tsv @@ CAST($${_tsquery(['zebra'])}$$ AS tsquery)",
+        )[0]
+        planned = int(plan[0]["Plan"]["Plan Rows"])
+        store = memory.store
+        assert planned == 3  # 0.005 of 600 rows: the floor for terms seen too rarely to list
+        assert "zebra" not in store._common_terms()[0]
+        assert sum(part.get("", 0) for part in store._common_terms()) == planned
+        with store._write() as conn:
+            assert store._term_counts(conn, ["zebra"]) == {"zebra": 2}
+        monkeypatch.setattr(postgres_lexical, "EXACT_COUNT_BELOW", planned - 1)
+        with store._write() as conn:
+            assert store._term_counts(conn, ["zebra"]) == {"zebra": planned}
 
 
 def test_libpq_options_in_the_url_reach_the_session(url: str) -> None:

@@ -899,3 +899,49 @@ def test_a_server_store_of_an_earlier_release_goes_on_from_its_counter(backend_u
         assert memory.store.latest_change() == 500
         assert memory.upsert_chunks([chunk("k2", "second note")]).errors == []
         assert _change_of(memory, "k2") == 501
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_term_counts_follow_the_planners_estimate(backend_url: str, monkeypatch: Any) -> None:
+    """Document counts of query terms (BM25's idf) on a server: the column statistics'
+    count for a listed term, the planner's floor for unlisted ones, and an exact count
+    while that estimate is small. (Citus: tests/test_citus.py, per shard.)"""
+    import random
+
+    from convmem.store import postgres_lexical
+
+    vocabulary = [f"word{i}" for i in range(30)]
+    rng = random.Random(5)
+    records = [
+        chunk(f"k{i}", " ".join(rng.sample(vocabulary, 6)) + (" zebra" if i < 2 else ""))
+        for i in range(600)
+    ]
+    with opened(backend_url) as memory:
+        assert memory.upsert_chunks(records).errors == []
+        store = memory.store
+        with store._write() as conn:  # type: ignore[attr-defined]
+            conn.execute("SET LOCAL default_statistics_target = 1")  # list 10 terms only
+            conn.execute("ANALYZE chunks")
+
+        def planned(term: str) -> int:
+            plan = (
+                store._db()  # type: ignore[attr-defined]
+                .execute(
+                    "EXPLAIN (FORMAT JSON) SELECT 1 FROM chunks WHERE tsv @@ CAST(? AS tsquery)",
+                    (postgres_lexical._tsquery([term]),),
+                )
+                .fetchone()[0]
+            )
+            return int(plan[0]["Plan"]["Plan Rows"])
+
+        (table,) = store._common_terms()  # type: ignore[attr-defined]
+        listed = next(term for term in table if term)
+        assert "zebra" not in table and planned("zebra") == table[""] == 3
+        assert planned(listed) == table[listed] > 3
+        with store._write() as conn:  # type: ignore[attr-defined]
+            assert store._term_counts(conn, ["zebra", listed])["zebra"] == 2  # type: ignore[attr-defined]
+        monkeypatch.setattr(postgres_lexical, "EXACT_COUNT_BELOW", 2)
+        store._forget_terms()
+        with store._write() as conn:  # type: ignore[attr-defined]
+            counts = store._term_counts(conn, ["zebra", listed])  # type: ignore[attr-defined]
+        assert counts == {"zebra": 3, listed: table[listed]}

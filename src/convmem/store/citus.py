@@ -23,8 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
@@ -33,7 +31,7 @@ from convmem.errors import StoreError
 from convmem.store.base import SQLStore
 from convmem.store.dbapi import Connection
 from convmem.store.postgres import OWN_OPTIONS, PostgresStore
-from convmem.store.postgres_lexical import EXACT_COUNT_BELOW, STATS_SECONDS, _tsquery
+from convmem.store.postgres_lexical import COMMON_TERMS_SQL
 
 __all__ = ["CitusStore", "citus_ddl", "has_citus", "open_postgres"]
 
@@ -45,15 +43,6 @@ REFERENCE_TABLES = ("meta", "api_keys")
 ANCHOR_TABLE = "turns"
 #: Run on every shard of chunks (``%s``: the shard): ``{term: rows}`` of the terms the
 #: shard's statistics of ``tsv`` list as most common.
-COMMON_TERMS_SQL = (
-    "SELECT coalesce(json_object_agg(u.e, round(u.f * greatest(c.reltuples, 0))), '{}') "
-    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname "
-    "AND s.attname = 'tsv' CROSS JOIN LATERAL unnest("
-    "CAST(CAST(s.most_common_elems AS text) AS text[]), s.most_common_elem_freqs) AS u(e, f) "
-    "WHERE c.oid = '%s'::regclass AND u.e IS NOT NULL"
-)
-
 _IDENTITY_KEY = re.compile(
     r"(?P<column>\w+) BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY(?P<rest>.*?)\n\s*\)(?=;|\s*$)",
     re.DOTALL,
@@ -123,7 +112,6 @@ class CitusStore(PostgresStore):
             clock=clock,
         )
         self._public_url = _redact_url(url)
-        self._common: tuple[float, dict[str, int]] = (0.0, {})
 
     # -- schema ------------------------------------------------------------------------
 
@@ -228,27 +216,16 @@ class CitusStore(PostgresStore):
         )
         return int(row[0])
 
-    def _common_terms(self) -> dict[str, int]:
-        """Rows per term for the terms each shard's statistics list as common, summed.
-
-        These are the most common elements of the ``tsv`` column that ANALYZE keeps on
-        every shard (what PostgreSQL's planner estimates ``@@`` from), read from all shards
-        in one statement and cached for ``STATS_SECONDS``.
-        """
-        with self._stats_lock:
-            read_at, common = self._common
-            if time.monotonic() - read_at < STATS_SECONDS:
-                return common
-        common = {}
-        for (result,) in self._db().execute(
-            "SELECT result FROM run_command_on_shards(?, ?) WHERE success",
-            (self._qualified("chunks"), COMMON_TERMS_SQL),
-        ):
-            for term, rows in json.loads(result).items():
-                common[term] = common.get(term, 0) + int(rows)
-        with self._stats_lock:
-            self._common = (time.monotonic(), common)
-        return common
+    def _read_common_terms(self) -> list[dict[str, Any]]:
+        """Each shard's statistics, in one statement (the coordinator's table is an empty
+        shell without any)."""
+        return [
+            json.loads(result)
+            for (result,) in self._db().execute(
+                "SELECT result FROM run_command_on_shards(?, ?) WHERE success",
+                (self._qualified("chunks"), COMMON_TERMS_SQL),
+            )
+        ]
 
     def _row_estimate(self, reader: Connection) -> float:
         """The shards' own estimates summed (the coordinator's table is an empty shell)."""
@@ -261,32 +238,6 @@ class CitusStore(PostgresStore):
             ),
         )
         return float(row.fetchone()[0])
-
-    def _term_counts(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
-        """Documents per term: the shards' statistics for common terms, counts for the rest.
-
-        The PostgreSQL store asks the planner; through the coordinator the planner says
-        100000 rows for every term (it has no statistics of the shards), which made every
-        term look too common to read. Counting every term on every shard costs 77 ms
-        for a dialogue line's terms at 20k chunks; the shards' own statistics
-        (:meth:`_common_terms`) answer the common terms, and the rest (rare: below the
-        statistics' cut-off) are counted together in one statement.
-        """
-        common = self._common_terms()
-        counts = {term: common[term] for term in terms if common.get(term, 0) > EXACT_COUNT_BELOW}
-        rare = [term for term in terms if term not in counts]
-        if rare:
-            columns = ", ".join(["count(*) FILTER (WHERE tsv @@ CAST(? AS tsquery))"] * len(rare))
-            row = conn.execute(
-                f"SELECT {columns} FROM chunks WHERE tsv @@ CAST(? AS tsquery)",
-                [*(_tsquery([term]) for term in rare), _tsquery(rare)],
-            ).fetchone()
-            counts.update((term, int(count)) for term, count in zip(rare, row, strict=True))
-        return {term: count for term, count in counts.items() if count}
-
-    def _forget_terms(self) -> None:
-        super()._forget_terms()
-        self._common = (0.0, {})
 
 
 def _without_options(url: str) -> str:

@@ -196,6 +196,7 @@ class PostgresStore(PostgresLexical, SQLStore):
         self._closed = False
         self._stats: tuple[float, int, float] = (0.0, 0, 0.0)
         self._stats_lock = threading.Lock()
+        self._common: tuple[float, list[dict[str, int]]] = (0.0, [])
         try:
             with psycopg.connect(self._conninfo, autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -259,11 +260,14 @@ class PostgresStore(PostgresLexical, SQLStore):
         super()._migrate()
         with self._write() as conn:
             self._lock_schema(conn)
-            if conn.execute(f"SELECT to_regclass('{CHANGE_SEQUENCE}')").fetchone()[0] is None:
+            # in the store's own schema: a bare name would find one in public first
+            home = self.schema or conn.execute("SELECT current_schema()").fetchone()[0]
+            self._sequence = f'"{home}".{CHANGE_SEQUENCE}'
+            if conn.execute(f"SELECT to_regclass('{self._sequence}')").fetchone()[0] is None:
                 # go on from the counter row that stores of earlier releases kept in meta
                 row = conn.execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
                 start = int(row[0]) + 1 if row else 1
-                conn.execute(f"CREATE SEQUENCE {CHANGE_SEQUENCE} START WITH {start}")
+                conn.execute(f"CREATE SEQUENCE {self._sequence} START WITH {start}")
 
     def _next_change(self, conn: Connection) -> int:
         """From a sequence, not the ``meta`` row: concurrent writers do not queue on one
@@ -271,11 +275,11 @@ class PostgresStore(PostgresLexical, SQLStore):
         reference table there, so writing it made every commit two-phase on every node).
         Numbers are handed out in call order, not commit order; only the SQLite sidecar
         needs commit order, and it never runs on a server store."""
-        return int(conn.execute(f"SELECT nextval('{CHANGE_SEQUENCE}')").fetchone()[0])
+        return int(conn.execute(f"SELECT nextval('{self._sequence}')").fetchone()[0])
 
     def latest_change(self) -> int:
         last, called = (
-            self._db().execute(f"SELECT last_value, is_called FROM {CHANGE_SEQUENCE}").fetchone()
+            self._db().execute(f"SELECT last_value, is_called FROM {self._sequence}").fetchone()
         )
         return int(last) if called else int(last) - 1
 
