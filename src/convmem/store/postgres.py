@@ -457,15 +457,18 @@ class PostgresStore(PostgresLexical, SQLStore):
         if not scan_all and self._dimension is not None and vector.shape == (self._dimension,):
             column = f"CAST(c.vector AS vector({self._dimension}))"
             same_model = f"vector_dims(c.vector) = {self._dimension}"
-        with self._write() as conn:
-            if not scan_all:
+        sql = (
+            f"SELECT c.rowid, {column} <=> ? AS distance FROM chunks c WHERE {where} "
+            f"AND {same_model} ORDER BY {column} <=> ? LIMIT ?"
+        )
+        values = [vector, tenant, self.now(), *params, vector, limit]
+        if scan_all:  # one statement: no transaction to open and commit (two round trips)
+            rows = self._db().execute(sql, values).fetchall()
+        else:
+            with self._write() as conn:  # SET LOCAL lasts until the end of the transaction
                 conn.execute(f"SET LOCAL hnsw.ef_search = {max(self._ef_search, min(limit, 1000))}")
                 conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-            rows = conn.execute(
-                f"SELECT c.rowid, {column} <=> ? AS distance FROM chunks c WHERE {where} "
-                f"AND {same_model} ORDER BY {column} <=> ? LIMIT ?",
-                [vector, tenant, self.now(), *params, vector, limit],
-            ).fetchall()
+                rows = conn.execute(sql, values).fetchall()
         hits = [(int(rowid), 1.0 - float(distance)) for rowid, distance in rows]
         hits.sort(key=lambda hit: (-hit[1], hit[0]))  # ties: oldest row first, as everywhere
         return hits
