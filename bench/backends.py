@@ -240,6 +240,19 @@ def loaded(url: str, dimension: int) -> int:
         return int(memory.stats()["chunks"])
 
 
+def rebuild_index(args: argparse.Namespace, backend: str, url: str) -> float:
+    """Drop and build a server store's HNSW index, then VACUUM (ANALYZE); its build seconds."""
+    with Memory.open(url, embedder=HashingEmbedder(args.dimension), workers=0) as m:
+        m.store.drop_vector_index()  # type: ignore[attr-defined]
+        began = time.perf_counter()
+        m.store.build_vector_index(  # type: ignore[attr-defined]
+            memory=args.index_memory, m=args.hnsw_m, ef_construction=args.ef_construction
+        )
+        seconds = time.perf_counter() - began
+    vacuum(getattr(args, backend), url.rsplit("schema=", 1)[1])
+    return seconds
+
+
 def bench_search(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     with tempfile.TemporaryDirectory(dir=args.scratch) as folder:
@@ -250,16 +263,7 @@ def bench_search(args: argparse.Namespace) -> list[dict[str, Any]]:
             if backend != "sqlite" and loaded(url, args.dimension) >= args.chunks:
                 load_seconds = 0.0  # a kept schema from an earlier run (--schema)
                 if args.reindex:
-                    with Memory.open(url, embedder=HashingEmbedder(args.dimension), workers=0) as m:
-                        m.store.drop_vector_index()  # type: ignore[attr-defined]
-                        began = time.perf_counter()
-                        m.store.build_vector_index(  # type: ignore[attr-defined]
-                            memory=args.index_memory,
-                            m=args.hnsw_m,
-                            ef_construction=args.ef_construction,
-                        )
-                        index_seconds = time.perf_counter() - began
-                    vacuum(getattr(args, backend), url.rsplit("schema=", 1)[1])
+                    index_seconds = rebuild_index(args, backend, url)
             elif backend != "sqlite":
                 source = copy_source(args, folder)
                 how = "copy" if backend == "citus" and source else "store"
@@ -270,15 +274,7 @@ def bench_search(args: argparse.Namespace) -> list[dict[str, Any]]:
                         m.store.drop_vector_index()  # type: ignore[attr-defined]
                     build_store(url, args.chunks, args.dimension, args.per_conversation)
                 load_seconds = time.perf_counter() - began
-                with Memory.open(url, embedder=HashingEmbedder(args.dimension), workers=0) as m:
-                    began = time.perf_counter()
-                    m.store.build_vector_index(  # type: ignore[attr-defined]
-                        memory=args.index_memory,
-                        m=args.hnsw_m,
-                        ef_construction=args.ef_construction,
-                    )
-                    index_seconds = time.perf_counter() - began
-                vacuum(getattr(args, backend), url.rsplit("schema=", 1)[1])
+                index_seconds = rebuild_index(args, backend, url)
             elif args.sqlite_path and loaded(url, args.dimension) >= args.chunks:
                 load_seconds = 0.0  # a kept file from an earlier run (--sqlite-path)
             else:
