@@ -48,10 +48,10 @@ GENERAL_EN = [
 ]
 Case = dict[
     str, Any
-]  # {"split", "set", "answerable", "features": [(cov, sim)...], "evidence": [pos]}
+]  # {"split", "set", "answerable", "features": [(cov, ctx, sim, absent)...], "evidence": [pos]}
 
 
-def _features(hits: list[Any]) -> list[tuple[float, float, float | None]]:
+def _features(hits: list[Any]) -> list[tuple[float, float, float | None, float]]:
     out = []
     for hit in hits:
         evidence = hit.metadata.get("evidence") or {}
@@ -60,6 +60,7 @@ def _features(hits: list[Any]) -> list[tuple[float, float, float | None]]:
                 float(evidence.get("coverage", 0.0)),
                 float(evidence.get("context", 0.0)),
                 evidence.get("similarity"),
+                float(evidence.get("absent", 0.0)),
             )
         )
     return out
@@ -159,9 +160,11 @@ def fit(cases: list[Case], lexical: bool) -> tuple[float, ...]:
             continue
         picks = case["evidence"][:1] if case["answerable"] else range(len(case["features"]))
         for i in picks:
-            coverage, context, similarity = case["features"][i]
+            coverage, context, similarity, absent = case["features"][i]
             rows.append(
-                [1.0, coverage, context] if lexical else [1.0, coverage, context, similarity or 0.0]
+                [1.0, coverage, context, absent]
+                if lexical
+                else [1.0, coverage, context, similarity or 0.0, absent]
             )
             labels.append(1.0 if case["answerable"] else 0.0)
     x = np.asarray(rows)
@@ -216,7 +219,7 @@ def table(cases: list[Case], calibration: Calibration, thresholds: list[float]) 
         for threshold in thresholds:
             nothing, unrelated_count, lost, found = 0, 0, 0, 0
             for case in chosen:
-                values = [relevance(calibration, c, x, s) for c, x, s in case["features"]]
+                values = [relevance(calibration, *features) for features in case["features"]]
                 suffix = [max(values[i:]) for i in range(len(values))]
                 if not case["answerable"]:
                     unrelated_count += 1
@@ -259,10 +262,10 @@ def main() -> int:
         ) as memory:
             cases += locomo_cases(memory, args.granularity)
         model_id = memory.embedding.model_id
-    current = calibration_for(model_id, args.granularity)
+    current = calibration_for(model_id, args.granularity, scoped=True)
     vector = fit(cases, lexical=False)
     lexical = fit(cases, lexical=True)
-    fitted = Calibration(model_id, *vector, lexical)  # type: ignore[arg-type]
+    fitted = Calibration(model_id, *vector[:4], lexical, absent_weight=vector[4])  # type: ignore[arg-type]
     fitted = anchored(cases, fitted, args.lost)
     report = {
         "embedder": model_id,

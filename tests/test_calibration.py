@@ -15,7 +15,7 @@ from convmem.cli.main import main as cli_main
 from convmem.embed import EmbeddingService
 from convmem.governance import KeepAllMarker
 from convmem.retrieve import DEFAULT_MIN_SCORE
-from convmem.retrieve.calibration import CALIBRATIONS, relevance
+from convmem.retrieve.calibration import CALIBRATIONS, absent_share, relevance, specific_terms
 from convmem.retrieve.searcher import TurnVectors
 from convmem.server import ServerSettings, create_app
 from helpers import make_turns
@@ -181,3 +181,43 @@ def test_a_dialogue_window_query_is_pooled_towards_its_newest_turn(tmp_path: Pat
         # ... the window's own search pools its lines towards the newest turn
         pooled = memory.search(window, top_k=2, mode="vector", min_score=0)
         assert pooled[0].chunk_id == "cat"
+
+
+def test_the_questions_most_specific_words_absent_from_the_scope_is_a_feature() -> None:
+    # keywords by background idf: names and nouns, never question words or stopwords
+    assert specific_terms("我的签证什么时候到期") == ["签证", "到期"]
+    assert specific_terms("What did Caroline research?") == ["carolin", "research"]
+    assert specific_terms("什么时候") == []
+    terms = ["签证", "到期"]
+    assert absent_share(terms, (6, {"签证": 0, "到期": 0})) == 1.0
+    assert absent_share(terms, (6, {"签证": 0, "到期": 2})) == 0.5
+    assert absent_share(terms, (6, {"签证": 1, "到期": 2})) == 0.0
+    # no statistics of the scope (a tenant-wide search) or an empty scope: no evidence
+    assert absent_share(terms, None) == 0.0
+    assert absent_share(terms, (0, {})) == 0.0
+    for calibration in CALIBRATIONS.values():
+        for similarity in (None, 0.3):
+            present = relevance(calibration, 0.5, 0.5, similarity, 0.0)
+            assert relevance(calibration, 0.5, 0.5, similarity, 1.0) < present
+
+
+def test_a_question_about_something_the_conversation_never_mentions_is_marked(
+    travel: Memory,
+) -> None:
+    """签证 (visa) is never said in the travel chat: every hit of a question about it
+    carries the feature, and its relevance is lower than the same evidence without it."""
+    trip = {"conversation_id": "trip"}
+    hits = travel.search("我的签证什么时候到期", top_k=5, min_score=0, filters=trip)
+    assert hits and all(hit.metadata["evidence"].get("absent") == 1.0 for hit in hits)
+    calibration = CALIBRATIONS[("hashing", "turn")]
+    for hit in hits:
+        evidence = hit.metadata["evidence"]
+        features = (evidence["coverage"], evidence["context"], evidence.get("similarity"))
+        assert hit.metadata["relevance"] == round(relevance(calibration, *features, 1.0), 4)
+        assert hit.metadata["relevance"] < relevance(calibration, *features, 0.0)
+    found = travel.search("护照什么时候过期", top_k=5, min_score=0, filters=trip)
+    assert found and all("absent" not in hit.metadata["evidence"] for hit in found)
+    assert "2025年2月18日" in travel.search("护照什么时候过期", top_k=5, filters=trip)[0].text
+    # tenant-wide there are no scope statistics worth the name: the feature stays off
+    wide = travel.search("我的签证什么时候到期", top_k=5, min_score=0)
+    assert wide and all("absent" not in hit.metadata["evidence"] for hit in wide)

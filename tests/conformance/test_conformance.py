@@ -945,3 +945,35 @@ def test_term_counts_follow_the_planners_estimate(backend_url: str, monkeypatch:
         with store._write() as conn:  # type: ignore[attr-defined]
             counts = store._term_counts(conn, ["zebra", listed])  # type: ignore[attr-defined]
         assert counts == {"zebra": 3, listed: table[listed]}
+
+
+def test_scope_terms_count_one_conversations_live_chunks(backend_url: str) -> None:
+    """How many live chunks of the searched conversation hold each term: what the
+    calibration's ``absent`` feature reads. Other conversations, other tenants and deleted
+    chunks do not count; a tenant-wide search gets no such statistics."""
+    from convmem.text import tokenize
+
+    with opened(backend_url) as memory:
+        records = [
+            chunk("t1", "the ferry leaves at noon", conversation="trip"),
+            chunk("t2", "ferry tickets at the pier", conversation="trip"),
+            chunk("t3", "lunch at the harbour", conversation="trip"),
+            chunk("t4", "a ferry we will not count", conversation="trip"),
+            chunk("o1", "zebra ferry zebra", conversation="other"),
+        ]
+        assert memory.upsert_chunks(records).errors == []
+        assert (
+            memory.for_tenant("acme")
+            .upsert_chunks([chunk("a1", "zebra tickets", conversation="trip")])
+            .errors
+            == []
+        )
+        assert memory.delete("trip", chunk_ids=["t4"]).deleted == 1
+        ferry, tickets, zebra = (tokenize(word)[0] for word in ("ferry", "tickets", "zebra"))
+        spec = parse_filters({"conversation_id": "trip"}, tenant=memory.tenant)
+        assert memory.store.scope_terms(memory.tenant, spec, [ferry, tickets, zebra]) == (
+            3,
+            {ferry: 2, tickets: 1, zebra: 0},
+        )
+        wide = parse_filters(None, tenant=memory.tenant)
+        assert memory.store.scope_terms(memory.tenant, wide, [ferry]) is None

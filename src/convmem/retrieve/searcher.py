@@ -22,7 +22,13 @@ from convmem.embed import EmbeddingService
 from convmem.errors import EmbedderError, InvalidInputError
 from convmem.metrics import Counter, Histogram
 from convmem.models import Hit
-from convmem.retrieve.calibration import Calibration, calibrate, calibration_for
+from convmem.retrieve.calibration import (
+    Calibration,
+    absent_share,
+    calibrate,
+    calibration_for,
+    specific_terms,
+)
 from convmem.retrieve.evidence import chunk_evidence, turn_hits
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse
 from convmem.retrieve.preretrieval import dialogue_vector
@@ -77,9 +83,10 @@ class HybridSearcher:
         self._ann: dict[str, AnnIndex] = {}
         self._ann_lock = threading.Lock()
         self.turn_vectors = TurnVectors(embedding)
-        self.calibrations: dict[str, Calibration] = {
-            granularity: calibration_for(embedding.model_id, granularity)
+        self.calibrations: dict[tuple[str, bool], Calibration] = {
+            (granularity, scoped): calibration_for(embedding.model_id, granularity, scoped=scoped)
             for granularity in GRANULARITIES
+            for scoped in (False, True)
         }
 
     def search(self, request: SearchRequest) -> list[Hit]:
@@ -144,7 +151,14 @@ class HybridSearcher:
         else:
             hits = chunk_evidence(hits, query, similarity)
         if request.min_score is not None:
-            hits = calibrate(hits, self.calibrations[request.granularity], request.min_score)
+            terms = specific_terms(query)
+            scope = self.store.scope_terms(request.tenant, spec, terms) if terms else None
+            hits = calibrate(
+                hits,
+                self.calibrations[request.granularity, scope is not None],
+                request.min_score,
+                absent=absent_share(terms, scope),
+            )
         self.latency.observe(time.perf_counter() - began)
         return hits
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from abc import abstractmethod
+from collections.abc import Collection, Mapping, Sequence
 
 from convmem.store.contract import Backend
 from convmem.store.dbapi import Connection
@@ -85,6 +86,35 @@ class LexicalStats(Backend):
     def _forget_terms(self) -> None:
         """Drop cached term statistics (after the lexical index was rebuilt)."""
         self._term_cache.clear()
+
+    @abstractmethod
+    def _scope_documents(
+        self, tenant: str, spec: FilterSpec, terms: Collection[str]
+    ) -> list[tuple[int, int, dict[str, int]]]:
+        """Every live row of one conversation under the filter, as ``(rowid, length,
+        {term: count})`` with counts of ``terms`` only (the rows are read directly)."""
+
+    def _lexical_rows(
+        self, tenant: str, spec: FilterSpec, terms: dict[str, float], limit: int
+    ) -> list[tuple[int, float]]:
+        """One conversation's rows scored with statistics from those rows alone."""
+        return score_rows(terms, self._scope_documents(tenant, spec, terms), limit)
+
+    def scope_terms(
+        self, tenant: str, spec: FilterSpec, terms: Collection[str]
+    ) -> tuple[int, dict[str, int]] | None:
+        """How many live chunks one conversation's filter admits, and how many of them
+        hold each of ``terms`` (absent terms: 0); None for a search wider than one
+        conversation, where the index-wide counts say little about the scope."""
+        if spec.conversation_id is None:
+            return None
+        documents = self._scope_documents(tenant, spec, terms)
+        found = dict.fromkeys(terms, 0)
+        for _, _, counts in documents:
+            for term in counts:
+                if term in found:
+                    found[term] += 1
+        return len(documents), found
 
     def _selective_terms(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
         """The query's rarest terms within the postings budget (``POSTINGS_BUDGET``),

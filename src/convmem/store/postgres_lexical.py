@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
-from convmem.store.lexical import LexicalStats, query_terms, score_rows
+from convmem.store.lexical import LexicalStats, query_terms
 from convmem.store.reads import ChunkReads
 from convmem.text import bm25
 
@@ -176,10 +176,10 @@ class PostgresLexical(ChunkReads, LexicalStats):
         self._stats = (0.0, 0, 0.0)
         self._common = (0.0, [])
 
-    def _lexical_rows(
-        self, tenant: str, spec: FilterSpec, terms: dict[str, float], limit: int
-    ) -> list[tuple[int, float]]:
-        """One conversation's rows scored directly, as on SQLite: a few hundred rows found
+    def _scope_documents(
+        self, tenant: str, spec: FilterSpec, terms: Collection[str]
+    ) -> list[tuple[int, int, dict[str, int]]]:
+        """One conversation's rows, read directly as on SQLite: a few hundred rows found
         through the conversation's b-tree, statistics from those rows, no document
         frequencies to look up (counting a new query word cost 10-30 ms at 1 M chunks)."""
         where, params = self._live_clause(spec)
@@ -197,16 +197,14 @@ class PostgresLexical(ChunkReads, LexicalStats):
             _, counts = documents.setdefault(int(rowid), (int(length), {}))
             if lexeme is not None:
                 counts[lexeme] = int(count)
-        return score_rows(
-            terms, [(rowid, length, counts) for rowid, (length, counts) in documents.items()], limit
-        )
+        return [(rowid, length, counts) for rowid, (length, counts) in documents.items()]
 
     def lexical(
         self, tenant: str, spec: FilterSpec, tokens: Sequence[str], limit: int
     ) -> list[tuple[int, float]]:
         """BM25 (k1 1.2, b 0.75) over the ``tsvector`` of each live chunk under the filter.
 
-        Within one conversation its rows are scored directly (:meth:`_lexical_rows`).
+        Within one conversation its rows are scored directly (:meth:`_scope_documents`).
         Across a tenant, term frequencies come from the stored positions, document
         frequencies and the collection size from the whole index (as FTS5 does), and the
         rarest terms within the postings budget are read; repeated query terms weigh more

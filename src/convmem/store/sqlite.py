@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -21,7 +21,6 @@ from convmem.errors import StoreError
 from convmem.store.base import MIGRATIONS, SQLStore, query_terms, select_in
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
-from convmem.store.lexical import score_rows
 
 __all__ = ["SQLiteStore"]
 
@@ -240,9 +239,9 @@ class SQLiteStore(SQLStore):
                 return hits[:limit]
             window *= 4
 
-    def _lexical_rows(
-        self, tenant: str, spec: FilterSpec, terms: dict[str, float], limit: int
-    ) -> list[tuple[int, float]]:
+    def _scope_documents(
+        self, tenant: str, spec: FilterSpec, terms: Collection[str]
+    ) -> list[tuple[int, int, dict[str, int]]]:
         where, params = self._live_clause(spec)
         rows = (
             self._db()
@@ -262,4 +261,4 @@ class SQLiteStore(SQLStore):
                 if word in wanted:
                     counts[word] = counts.get(word, 0) + 1
             documents.append((rowid, len(words), counts))
-        return score_rows(terms, documents, limit)
+        return documents
