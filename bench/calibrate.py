@@ -48,10 +48,10 @@ GENERAL_EN = [
 ]
 Case = dict[
     str, Any
-]  # {"split", "set", "answerable", "features": [(cov, ctx, sim, absent)...], "evidence": [pos]}
+]  # {"split", "set", "answerable", "features": [(cov, ctx, sim, absent, unknown_name)...], "evidence": [pos]}
 
 
-def _features(hits: list[Any]) -> list[tuple[float, float, float | None, float]]:
+def _features(hits: list[Any]) -> list[tuple[float, float, float | None, float, float]]:
     out = []
     for hit in hits:
         evidence = hit.metadata.get("evidence") or {}
@@ -61,6 +61,7 @@ def _features(hits: list[Any]) -> list[tuple[float, float, float | None, float]]
                 float(evidence.get("context", 0.0)),
                 evidence.get("similarity"),
                 float(evidence.get("absent", 0.0)),
+                float(evidence.get("unknown_name", 0.0)),
             )
         )
     return out
@@ -160,11 +161,11 @@ def fit(cases: list[Case], lexical: bool) -> tuple[float, ...]:
             continue
         picks = case["evidence"][:1] if case["answerable"] else range(len(case["features"]))
         for i in picks:
-            coverage, context, similarity, absent = case["features"][i]
+            coverage, context, similarity, absent, unknown = case["features"][i]
             rows.append(
-                [1.0, coverage, context, absent]
+                [1.0, coverage, context, absent, unknown]
                 if lexical
-                else [1.0, coverage, context, similarity or 0.0, absent]
+                else [1.0, coverage, context, similarity or 0.0, absent, unknown]
             )
             labels.append(1.0 if case["answerable"] else 0.0)
     x = np.asarray(rows)
@@ -265,7 +266,13 @@ def main() -> int:
     current = calibration_for(model_id, args.granularity, scoped=True)
     vector = fit(cases, lexical=False)
     lexical = fit(cases, lexical=True)
-    fitted = Calibration(model_id, *vector[:4], lexical, absent_weight=vector[4])  # type: ignore[arg-type]
+    fitted = Calibration(
+        model_id,
+        *vector[:4],  # type: ignore[arg-type]
+        lexical,
+        absent_weight=vector[4],
+        unknown_name_weight=vector[5],
+    )
     fitted = anchored(cases, fitted, args.lost)
     report = {
         "embedder": model_id,

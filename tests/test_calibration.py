@@ -15,7 +15,15 @@ from convmem.cli.main import main as cli_main
 from convmem.embed import EmbeddingService
 from convmem.governance import KeepAllMarker
 from convmem.retrieve import DEFAULT_MIN_SCORE
-from convmem.retrieve.calibration import CALIBRATIONS, absent_share, relevance, specific_terms
+from convmem.retrieve.calibration import (
+    CALIBRATIONS,
+    absent_share,
+    name_terms,
+    names,
+    relevance,
+    specific_terms,
+    unknown_name,
+)
 from convmem.retrieve.searcher import TurnVectors
 from convmem.server import ServerSettings, create_app
 from helpers import make_turns
@@ -221,3 +229,50 @@ def test_a_question_about_something_the_conversation_never_mentions_is_marked(
     # tenant-wide there are no scope statistics worth the name: the feature stays off
     wide = travel.search("我的签证什么时候到期", top_k=5, min_score=0)
     assert wide and all("absent" not in hit.metadata["evidence"] for hit in wide)
+
+
+def test_the_names_of_a_question_are_its_capitalised_words_inside_a_sentence() -> None:
+    assert names("What did Jon tell Gina about the LGBTQ group in June?") == [
+        "Jon",
+        "Gina",
+        "LGBTQ",
+    ]
+    # a sentence's first word, "I", months, weekdays and short words are no names
+    assert names("When did I go? Tuesday, said my friend Smith in October.") == ["Smith"]
+    assert names("我的签证什么时候到期") == []
+    assert name_terms("Did Caroline meet Caroline's mom?") == ["carolin"]
+    scope = (40, {"carolin": 12, "melani": 9})
+    assert unknown_name(name_terms("What did Caroline paint?"), scope) == 0.0
+    assert unknown_name(name_terms("What did Caroline tell Jon?"), scope) == 1.0
+    assert unknown_name(name_terms("What did Jon paint?"), None) == 0.0
+    assert unknown_name([], scope) == 0.0
+
+
+def test_a_question_naming_someone_the_conversation_never_mentions_is_marked(
+    tmp_path: Path,
+) -> None:
+    with Memory.open(
+        str(tmp_path / "en.db"), embedder=HashingEmbedder(), workers=0, marker=KeepAllMarker()
+    ) as memory:
+        lines = [
+            "Caroline: I went to a support group meeting yesterday.",
+            "Melanie: That sounds meaningful, how did it go?",
+            "Caroline: Really well, I painted a sunrise afterwards.",
+        ]
+        memory.add_turns("c1", make_turns(lines))
+        memory.flush()
+        scope = {"conversation_id": "c1"}
+        calibration = CALIBRATIONS[("hashing", "turn")]
+        assert calibration.unknown_name_weight < 0
+        known = memory.search("What did Caroline paint?", top_k=3, min_score=0, filters=scope)
+        assert known and all("unknown_name" not in hit.metadata["evidence"] for hit in known)
+        foreign = memory.search("What did Jon paint?", top_k=3, min_score=0, filters=scope)
+        assert foreign and all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in foreign)
+        for hit in foreign:
+            evidence = hit.metadata["evidence"]
+            features = (evidence["coverage"], evidence["context"], evidence.get("similarity"))
+            absent = evidence.get("absent", 0.0)
+            assert hit.metadata["relevance"] == round(
+                relevance(calibration, *features, absent, 1.0), 4
+            )
+            assert hit.metadata["relevance"] < relevance(calibration, *features, absent, 0.0)

@@ -98,3 +98,22 @@ def test_chunks_without_stored_turn_vectors_still_score_their_turns(memory: Memo
     assert fallback[0].metadata["evidence"]["similarity"] == pytest.approx(
         stored[0].metadata["evidence"]["similarity"], abs=1e-4
     )
+
+
+def test_a_question_naming_one_participant_prefers_what_that_participant_said() -> None:
+    chunk = _hit(
+        "a",
+        1.0,
+        ["Gina: I opened a new bakery downtown.", "Jon: I opened a new bakery downtown."],
+        [0, 1],
+    )
+
+    def first(query: str, weight: float) -> str:
+        return turn_hits([chunk], query, 2, speaker_weight=weight)[0].text
+
+    # both say the same; the name decides, and only with the weight
+    assert first("What did Jon open downtown?", 0.05).startswith("Jon:")
+    assert first("What did Gina open downtown?", 0.05).startswith("Gina:")
+    assert first("What did Jon open downtown?", 0.0).startswith("Gina:")
+    # naming both (or nobody) leaves the ranking to the text
+    assert first("What did Jon and Gina open downtown?", 0.05).startswith("Gina:")

@@ -15,6 +15,7 @@ The fused ranking score stays in ``metadata["rank_score"]``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,8 +30,11 @@ __all__ = [
     "absent_share",
     "calibrate",
     "calibration_for",
+    "name_terms",
+    "names",
     "relevance",
     "specific_terms",
+    "unknown_name",
 ]
 
 # The documented default of every search path: at it (bench/facts_zh.py, bench/retrieval.py)
@@ -46,7 +50,10 @@ class Calibration:
 
     ``absent`` (:func:`absent_share`) is the share of the question's two most specific
     words that occur nowhere in the searched conversation: a strong sign that the question
-    is about something this memory never heard of.
+    is about something this memory never heard of. It cannot weigh much: a paraphrase
+    (饮食禁忌 for 吃素) is absent too. ``unknown_name`` (:func:`unknown_name`, weight
+    ``unknown_name_weight``, the lexical tuple's fifth) is 1 when the question names someone
+    or something (:func:`names`) the conversation never mentions: a name has no paraphrase.
     """
 
     name: str
@@ -56,6 +63,7 @@ class Calibration:
     similarity_weight: float
     lexical: tuple[float, ...]
     absent_weight: float = 0.0
+    unknown_name_weight: float = 0.0
 
 
 # Fitted by bench/calibrate.py on the dev questions (facts_zh dev, LoCoMo dev), turn hits,
@@ -67,16 +75,23 @@ class Calibration:
 # so the ``absent`` feature; UNSCOPED, fitted without it, everywhere else (tenant-wide).
 CALIBRATIONS = {
     ("hashing", "turn"): Calibration(
-        "hashing", 0.054, 3.403, 7.389, 5.724, (0.577, 6.044, 6.751, -1.344), -1.313
+        "hashing", 0.51, 3.761, 7.329, 5.792, (0.933, 6.864, 6.742, -1.777, -4.24), -1.774, -4.174
     ),
     ("usem3", "turn"): Calibration(
-        "usem3", -4.2, 1.766, 9.658, 13.251, (-1.044, 5.585, 6.549, -1.334), -1.415
+        "usem3", -3.433, 2.14, 9.787, 12.177, (-0.533, 6.264, 6.733, -1.669, -4.078), -1.895, -3.759
     ),
     ("hashing", "chunk"): Calibration(
-        "hashing", 0.102, 4.9, 4.9, 10.329, (1.438, 6.832, 6.832, -1.719), -0.949
+        "hashing",
+        0.459,
+        5.217,
+        5.217,
+        10.829,
+        (1.742, 7.513, 7.513, -2.146, -4.219),
+        -1.306,
+        -3.922,
     ),
     ("usem3", "chunk"): Calibration(
-        "usem3", -1.824, 4.523, 4.523, 13.078, (1.023, 7.099, 7.099, -1.912), -0.432
+        "usem3", -1.35, 4.362, 4.362, 15.495, (1.165, 7.851, 7.851, -2.265, -4.05), -1.222, -4.542
     ),
 }
 UNSCOPED = {
@@ -108,12 +123,14 @@ def relevance(
     context: float,
     similarity: float | None,
     absent: float = 0.0,
+    unknown: float = 0.0,
 ) -> float:
     """The calibrated relevance of one hit's evidence, in [0, 1]."""
     if similarity is None:
         bias, coverage_weight, context_weight, *rest = calibration.lexical
         z = bias + coverage_weight * coverage + context_weight * context
         z += (rest[0] if rest else 0.0) * absent
+        z += (rest[1] if len(rest) > 1 else 0.0) * unknown
     else:
         z = (
             calibration.bias
@@ -121,12 +138,42 @@ def relevance(
             + calibration.context_weight * context
             + calibration.similarity_weight * similarity
             + calibration.absent_weight * absent
+            + calibration.unknown_name_weight * unknown
         )
     return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
 
 
 #: How many of the question's most specific words the ``absent`` feature looks up.
 SPECIFIC_WORDS = 2
+#: How many of the question's names the ``unknown_name`` feature looks up.
+NAMES = 3
+_LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+# Capitalised, but dates rather than names (a chunk's time prefix writes them as numbers).
+_MONTHS: tuple[str, ...] = ("january", "february", "march", "april", "may", "june", "july")
+_MONTHS += ("august", "september", "october", "november", "december", "jan", "feb", "mar")
+_MONTHS += ("apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec")
+_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_CALENDAR = frozenset(_MONTHS + _DAYS)
+_SENTENCE_ENDS = ".!?:;\"'“‘。！？：；"
+
+
+def names(query: str) -> list[str]:
+    """Capitalised Latin-script words of three letters or more that do not open a sentence
+    and are no month or weekday (Jon, Peru, LGBTQ): the names of an English question."""
+    found: list[str] = []
+    for match in _LATIN_WORD.finditer(query):
+        word = match.group()
+        before = query[: match.start()].rstrip()
+        opens = not before or before[-1] in _SENTENCE_ENDS
+        if (
+            not opens
+            and word[0].isupper()
+            and len(word) >= 3
+            and word.lower() not in _CALENDAR
+            and word not in found
+        ):
+            found.append(word)
+    return found
 
 
 def specific_terms(query: str) -> list[str]:
@@ -141,6 +188,25 @@ def specific_terms(query: str) -> list[str]:
     return terms
 
 
+def name_terms(query: str) -> list[str]:
+    """The search tokens of the question's names (:func:`names`), at most :data:`NAMES`."""
+    terms: list[str] = []
+    for word in names(query):
+        tokens = tokenize(word)
+        if tokens and tokens[0] not in terms:
+            terms.append(tokens[0])
+    return terms[:NAMES]
+
+
+def unknown_name(terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | None) -> float:
+    """The ``unknown_name`` feature: 1.0 when one of the question's names
+    (:func:`name_terms`) occurs in none of the scope's chunks; 0.0 otherwise, and without
+    scope statistics or for an empty scope."""
+    if not terms or scope is None or scope[0] == 0:
+        return 0.0
+    return 1.0 if any(not scope[1].get(term, 0) for term in terms) else 0.0
+
+
 def absent_share(terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | None) -> float:
     """The ``absent`` feature: 1 / :data:`SPECIFIC_WORDS` for each of the question's most
     specific words (:func:`specific_terms`) that none of the scope's chunks holds; 0.0
@@ -153,11 +219,17 @@ def absent_share(terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | No
 
 
 def calibrate(
-    hits: Sequence[Hit], calibration: Calibration, min_score: float, *, absent: float = 0.0
+    hits: Sequence[Hit],
+    calibration: Calibration,
+    min_score: float,
+    *,
+    absent: float = 0.0,
+    unknown: float = 0.0,
 ) -> list[Hit]:
     """Hits (best first) with calibrated scores, cut after the last one at ``min_score``.
 
-    ``absent``: :func:`absent_share` of the question (one value for every hit)."""
+    ``absent``: :func:`absent_share` of the question, ``unknown``: its :func:`unknown_name`
+    (one value each for every hit)."""
     values = []
     for hit in hits:
         evidence = hit.metadata.get("evidence") or {}
@@ -168,6 +240,7 @@ def calibrate(
                 float(evidence.get("context", 0.0)),
                 evidence.get("similarity"),
                 absent,
+                unknown,
             )
         )
     out: list[Hit] = []
@@ -175,8 +248,9 @@ def calibrate(
     for hit, value in zip(reversed(hits), reversed(values), strict=True):
         running = max(running, value)
         metadata = {**hit.metadata, "rank_score": hit.score, "relevance": round(value, 4)}
-        if absent:
-            metadata["evidence"] = {**(metadata.get("evidence") or {}), "absent": absent}
+        if absent or unknown:
+            features = {"absent": absent} | ({"unknown_name": unknown} if unknown else {})
+            metadata["evidence"] = {**(metadata.get("evidence") or {}), **features}
         out.append(hit.model_copy(update={"score": round(running, 6), "metadata": metadata}))
     out.reverse()
     return [hit for hit in out if hit.score >= min_score]

