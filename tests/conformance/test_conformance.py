@@ -977,3 +977,13 @@ def test_scope_terms_count_one_conversations_live_chunks(backend_url: str) -> No
         )
         wide = parse_filters(None, tenant=memory.tenant)
         assert memory.store.scope_terms(memory.tenant, wide, [ferry]) is None
+        # the search reads both from one pass over the conversation's rows: the same
+        # ranking as lexical(), though it also counts a word the query does not hold
+        lunch = tokenize("lunch")[0]
+        store = memory.store
+        for query in ([ferry, tickets], [lunch], []):
+            ranking, scope = store.lexical_in_scope(memory.tenant, spec, query, 10, [zebra, lunch])
+            assert ranking == store.lexical(memory.tenant, spec, query, 10)
+            assert scope == (3, {zebra: 0, lunch: 1})
+        ranking, scope = store.lexical_in_scope(memory.tenant, wide, [ferry], 10, [zebra])
+        assert scope is None and ranking == store.lexical(memory.tenant, wide, [ferry], 10)

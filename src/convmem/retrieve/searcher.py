@@ -104,9 +104,21 @@ class HybridSearcher:
         weight = self._vector_weight(request.query_text) if mode == "hybrid" else 1.0
         if mode != "lexical" and vector is not None:
             rankings.append((weight, self._vector_candidates(request.tenant, spec, vector, pool)))
+        query = clean_text(request.query_text)
+        # the calibration's question features need the scope's counts of a few words
+        terms, named = (
+            (specific_terms(query), name_terms(query))
+            if request.min_score is not None
+            else ([], [])
+        )
+        lookup = list(dict.fromkeys([*terms, *named]))
+        scope = None
         if mode != "vector":
-            tokens = tokenize(clean_text(request.query_text))
-            rankings.append((1.0, self.store.lexical(request.tenant, spec, tokens, pool)))
+            tokens = tokenize(query)
+            ranking, scope = self.store.lexical_in_scope(request.tenant, spec, tokens, pool, lookup)
+            rankings.append((1.0, ranking))
+        elif request.min_score is not None:
+            scope = self.store.scope_terms(request.tenant, spec, lookup)
         turns = request.granularity == "turn"
         width = max(request.top_k * 2, 20) + 10 if turns else request.top_k * 2 + 10
         window = fuse(self.fusion, rankings)[:width]
@@ -129,7 +141,6 @@ class HybridSearcher:
             for rowid, score in (rankings[0][1] if vector is not None and mode != "lexical" else [])
             if rowid in rows
         }
-        query = clean_text(request.query_text)
         if turns:
             stored = (
                 self.store.turn_vectors(request.tenant, list(rows))
@@ -153,9 +164,6 @@ class HybridSearcher:
         else:
             hits = chunk_evidence(hits, query, similarity)
         if request.min_score is not None:
-            terms, named = specific_terms(query), name_terms(query)
-            lookup = list(dict.fromkeys([*terms, *named]))
-            scope = self.store.scope_terms(request.tenant, spec, lookup) if lookup else None
             hits = calibrate(
                 hits,
                 self.calibrations[request.granularity, scope is not None],

@@ -108,13 +108,31 @@ class LexicalStats(Backend):
         conversation, where the index-wide counts say little about the scope."""
         if spec.conversation_id is None:
             return None
-        documents = self._scope_documents(tenant, spec, terms)
-        found = dict.fromkeys(terms, 0)
-        for _, _, counts in documents:
-            for term in counts:
-                if term in found:
-                    found[term] += 1
-        return len(documents), found
+        return _scope_counts(self._scope_documents(tenant, spec, terms), terms)
+
+    def lexical_in_scope(
+        self,
+        tenant: str,
+        spec: FilterSpec,
+        tokens: Sequence[str],
+        limit: int,
+        terms: Collection[str],
+    ) -> tuple[list[tuple[int, float]], tuple[int, dict[str, int]] | None]:
+        """:meth:`lexical` and :meth:`scope_terms` of one search; within one conversation
+        from a single read of its rows (both would read the same rows)."""
+        if spec.conversation_id is None:
+            return self.lexical(tenant, spec, tokens, limit), None
+        weights = query_terms(tokens, spec)
+        documents = self._scope_documents(tenant, spec, {*weights, *terms})
+        scope = _scope_counts(documents, terms)
+        if not weights:
+            return [], scope
+        if not set(terms) <= weights.keys():  # rank by the query's own terms only
+            documents = [
+                (rowid, length, {term: n for term, n in counts.items() if term in weights})
+                for rowid, length, counts in documents
+            ]
+        return score_rows(weights, documents, limit), scope
 
     def _selective_terms(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
         """The query's rarest terms within the postings budget (``POSTINGS_BUDGET``),
@@ -146,3 +164,15 @@ class LexicalStats(Backend):
             chosen[term] = count
             postings += count
         return chosen
+
+
+def _scope_counts(
+    documents: Sequence[tuple[int, int, Mapping[str, int]]], terms: Collection[str]
+) -> tuple[int, dict[str, int]]:
+    """The number of ``documents`` and how many of them hold each of ``terms``."""
+    found = dict.fromkeys(terms, 0)
+    for _, _, counts in documents:
+        for term in counts:
+            if term in found:
+                found[term] += 1
+    return len(documents), found
