@@ -240,6 +240,9 @@ def test_the_names_of_a_question_are_its_capitalised_words_inside_a_sentence() -
     # a sentence's first word, "I", months, weekdays and short words are no names
     assert names("When did I go? Tuesday, said my friend Smith in October.") == ["Smith"]
     assert names("我的签证什么时候到期") == []
+    # Chinese has no capitals of its own: a Latin capital there is a name, even first
+    assert names("Jon 喜欢吃什么？Tokyo 那家店叫什么") == ["Jon", "Tokyo"]
+    assert names("wifi 密码是多少") == []
     assert name_terms("Did Caroline meet Caroline's mom?") == ["carolin"]
     scope = (40, {"carolin": 12, "melani": 9})
     assert unknown_name(name_terms("What did Caroline paint?"), scope) == 0.0

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from convmem.models import Hit
-from convmem.text import keywords, tokenize, words
+from convmem.text import is_mostly_cjk, keywords, tokenize, words
 
 __all__ = [
     "CALIBRATIONS",
@@ -159,12 +159,14 @@ _SENTENCE_ENDS = ".!?:;\"'“‘。！？：；"
 
 def names(query: str) -> list[str]:
     """Capitalised Latin-script words of three letters or more that do not open a sentence
-    and are no month or weekday (Jon, Peru, LGBTQ): the names of an English question."""
+    and are no month or weekday (Jon, Peru, LGBTQ): the names of an English question. In
+    a Chinese question a capital is a name wherever it stands (Jon 喜欢吃什么)."""
     found: list[str] = []
+    chinese = is_mostly_cjk(query)
     for match in _LATIN_WORD.finditer(query):
         word = match.group()
         before = query[: match.start()].rstrip()
-        opens = not before or before[-1] in _SENTENCE_ENDS
+        opens = not chinese and (not before or before[-1] in _SENTENCE_ENDS)
         if (
             not opens
             and word[0].isupper()
