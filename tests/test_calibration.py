@@ -243,6 +243,9 @@ def test_the_names_of_a_question_are_its_capitalised_words_inside_a_sentence() -
     # Chinese has no capitals of its own: a Latin capital there is a name, even first
     assert names("Jon 喜欢吃什么？Tokyo 那家店叫什么") == ["Jon", "Tokyo"]
     assert names("wifi 密码是多少") == []
+    # accented names are whole names, found as the chat's own tokens spell them
+    assert names("What did José tell Zoë Müller?") == ["José", "Zoë", "Müller"]
+    assert unknown_name(name_terms("Did José call?"), (9, {"josé": 2})) == 0.0
     assert name_terms("Did Caroline meet Caroline's mom?") == ["carolin"]
     scope = (40, {"carolin": 12, "melani": 9})
     assert unknown_name(name_terms("What did Caroline paint?"), scope) == 0.0

@@ -147,7 +147,8 @@ def relevance(
 SPECIFIC_WORDS = 2
 #: How many of the question's names the ``unknown_name`` feature looks up.
 NAMES = 3
-_LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+# a Latin-script word, accented letters included (José, Zoë, Müller)
+_LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f][A-Za-z0-9\u00c0-\u024f]*")
 # Capitalised, but dates rather than names (a chunk's time prefix writes them as numbers).
 _MONTHS: tuple[str, ...] = ("january", "february", "march", "april", "may", "june", "july")
 _MONTHS += ("august", "september", "october", "november", "december", "jan", "feb", "mar")
