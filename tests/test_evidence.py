@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from convmem import InvalidInputError, Memory
+from convmem import HashingEmbedder, InvalidInputError, Memory
+from convmem.governance import KeepAllMarker
 from convmem.models import Hit
-from convmem.retrieve.evidence import turn_hits
+from convmem.retrieve.evidence import named, turn_hits, without_names
 from helpers import live_chunks, make_turns
 
 NOISE = [
@@ -117,3 +121,50 @@ def test_a_question_naming_one_participant_prefers_what_that_participant_said() 
     assert first("What did Jon open downtown?", 0.0).startswith("Gina:")
     # naming both (or nobody) leaves the ranking to the text
     assert first("What did Jon and Gina open downtown?", 0.05).startswith("Gina:")
+
+
+def test_names_are_found_whole_and_left_out_with_their_possessive() -> None:
+    assert named("What did Caroline tell Mel?", ["Caroline", "Melanie"]) == ["Caroline"]
+    assert named("小王的生日是哪天", ["小王", "用户"]) == ["小王"]
+    assert without_names("What did Caroline's mom tell Caroline?", ["Caroline"]) == (
+        "What did mom tell ?"
+    )
+    assert without_names("Carolineville is not Caroline", ["Caroline"]) == "Carolineville is not"
+    assert without_names("小王的生日是哪天", ["小王"]) == "的生日是哪天"
+
+
+def test_a_question_of_one_conversation_is_embedded_without_its_participants_names(
+    tmp_path: Path,
+) -> None:
+    base = "2026-02-02T10:00:00+08:00"
+    lines = [
+        ("Caroline", "I researched adoption agencies last week."),
+        ("Melanie", "That is a big step, how did it feel?"),
+        ("Caroline", "Exciting, I painted a sunrise to celebrate."),
+    ]
+    with Memory.open(
+        str(tmp_path / "names.db"), embedder=HashingEmbedder(), workers=0, marker=KeepAllMarker()
+    ) as memory:
+        memory.add_turns(
+            "c1",
+            [
+                {"turn_id": i, "role": "user", "name": name, "text": text, "timestamp": base}
+                for i, (name, text) in enumerate(lines)
+            ],
+        )
+        memory.flush()
+        question = "What did Caroline research?"
+        scope = {"conversation_id": "c1"}
+
+        def vector_hits(vector: list[float] | None, filters: dict[str, str] | None) -> list[Any]:
+            found = memory.search(
+                question, top_k=3, filters=filters, mode="vector", query_vector=vector
+            )
+            return [(hit.chunk_id, hit.text, hit.score) for hit in found]
+
+        stripped = memory.embed_query("What did research?")
+        whole = memory.embed_query(question)
+        assert stripped != whole
+        assert vector_hits(None, scope) == vector_hits(stripped, scope)
+        # tenant-wide there is no one conversation whose participants to leave out
+        assert vector_hits(None, None) == vector_hits(whole, None)

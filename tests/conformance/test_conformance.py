@@ -987,3 +987,25 @@ def test_scope_terms_count_one_conversations_live_chunks(backend_url: str) -> No
             assert scope == (3, {zebra: 0, lunch: 1})
         ranking, scope = store.lexical_in_scope(memory.tenant, wide, [ferry], 10, [zebra])
         assert scope is None and ranking == store.lexical(memory.tenant, wide, [ferry], 10)
+
+
+def test_conversation_participants_are_the_names_of_its_live_chunks(backend_url: str) -> None:
+    """Who speaks in one conversation, read by the search to leave their names out of
+    the question's vector: other conversations and deleted turns do not count."""
+    base = "2026-02-02T10:00:00+08:00"
+
+    def turn(seq: int, name: str, text: str) -> dict[str, Any]:
+        return {"turn_id": seq, "role": "user", "name": name, "text": text, "timestamp": base}
+
+    with opened(backend_url) as memory:
+        memory.add_turns(
+            "trip", [turn(0, "Caroline", "I went hiking."), turn(1, "Melanie", "Where did you go?")]
+        )
+        memory.add_turns("other", [turn(0, "Jon", "My dance studio opened.")])
+        memory.add_turns("gone", [turn(0, "Gina", "A secret I take back.")])
+        memory.flush()
+        assert memory.delete("gone", turn_range=(0, 0)).deleted >= 1
+        store = memory.store
+        assert store.conversation_participants(memory.tenant, "trip") == ["Caroline", "Melanie"]
+        assert store.conversation_participants(memory.tenant, "gone") == []
+        assert store.conversation_participants("someone-else", "trip") == []

@@ -18,6 +18,7 @@ turns them into a relevance that means the same across queries.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,9 @@ __all__ = [
     "Evidence",
     "chunk_evidence",
     "coverage",
+    "named",
     "turn_hits",
+    "without_names",
 ]
 
 # The weight of a turn's own lexical match against its chunk's fused score. On LoCoMo dev
@@ -125,13 +128,29 @@ def _speaker(unit: _Unit) -> str | None:
     return label if sep else None
 
 
+def named(query: str, names: Sequence[str]) -> list[str]:
+    """Those of ``names`` the question names (every token of the name is in it)."""
+    asked = set(tokenize(query))
+    return [name for name in names if (parts := _tokens(name)) and set(parts) <= asked]
+
+
+def without_names(query: str, names: Sequence[str]) -> str:
+    """``query`` without the given names (and an English possessive after one): what is
+    left says what is asked, not of whom."""
+    for name in names:
+        pattern = re.escape(name) + r"(?:['’]s)?"
+        if name.isascii():
+            pattern = r"\b" + pattern + r"\b"
+        query = re.sub(pattern, " ", query, flags=re.IGNORECASE)
+    return " ".join(query.split())
+
+
 def _named_speaker(units: Sequence[_Unit], query: str) -> str | None:
     """The one participant among the candidates' speakers whom the question names (every
     token of the label is in the question), or None when it names none or several."""
-    asked = set(tokenize(query))
-    labels = {label for unit in units if (label := _speaker(unit))}
-    named = [label for label in labels if (parts := _tokens(label)) and set(parts) <= asked]
-    return named[0] if len(named) == 1 else None
+    labels = sorted({label for unit in units if (label := _speaker(unit))})
+    found = named(query, labels)
+    return found[0] if len(found) == 1 else None
 
 
 def _asks(unit: _Unit) -> bool:

@@ -60,6 +60,19 @@ class ChunkReads(Backend):
             out[row[0]] = (row[1], row[2], json.loads(row[3]))
         return out
 
+    def conversation_participants(self, tenant: str, conversation_id: str) -> list[str]:
+        """Who speaks in one conversation: the participants of its live chunks (names, or
+        "user" / "用户" where a turn has none), first seen first."""
+        found: list[str] = []
+        for (value,) in self._db().execute(
+            "SELECT DISTINCT participants FROM chunks WHERE tenant=? AND conversation_id=? "
+            "AND deleted=0",
+            [tenant, conversation_id],
+        ):
+            names = json.loads(value) if isinstance(value, str) else value
+            found.extend(name for name in names or [] if name not in found)
+        return sorted(found)
+
     def caller_chunks(
         self,
         tenant: str,
