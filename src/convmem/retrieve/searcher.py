@@ -106,12 +106,12 @@ class HybridSearcher:
             rankings.append((weight, self._vector_candidates(request.tenant, spec, vector, pool)))
         query = clean_text(request.query_text)
         # the calibration's question features need the scope's counts of a few words
-        terms, named = (
+        terms, names = (
             (specific_terms(query), name_terms(query))
             if request.min_score is not None
             else ([], [])
         )
-        lookup = list(dict.fromkeys([*terms, *named]))
+        lookup = list(dict.fromkeys([*terms, *names]))
         scope = None
         if mode != "vector":
             tokens = tokenize(query)
@@ -169,7 +169,7 @@ class HybridSearcher:
                 self.calibrations[request.granularity, scope is not None],
                 request.min_score,
                 absent=absent_share(terms, scope),
-                unknown=unknown_name(named, scope),
+                unknown=unknown_name(names, scope),
             )
         self.latency.observe(time.perf_counter() - began)
         return hits
