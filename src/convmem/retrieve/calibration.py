@@ -183,22 +183,22 @@ def specific_terms(query: str) -> list[str]:
     """The search tokens of the question's most specific words: its keywords by background
     idf (jieba's table for Chinese, a length prior for other words; stopwords, single
     characters and digits never count), at most :data:`SPECIFIC_WORDS`."""
-    terms: list[str] = []
-    for word in keywords(words(query), limit=SPECIFIC_WORDS):
-        tokens = tokenize(word)
-        if tokens and tokens[0] not in terms:
-            terms.append(tokens[0])
-    return terms
+    return _search_tokens(keywords(words(query), limit=SPECIFIC_WORDS))
 
 
 def name_terms(query: str) -> list[str]:
     """The search tokens of the question's names (:func:`names`), at most :data:`NAMES`."""
+    return _search_tokens(names(query))[:NAMES]
+
+
+def _search_tokens(found: Sequence[str]) -> list[str]:
+    """Each word's search token (the first its tokenizer gives), each once, in order."""
     terms: list[str] = []
-    for word in names(query):
+    for word in found:
         tokens = tokenize(word)
         if tokens and tokens[0] not in terms:
             terms.append(tokens[0])
-    return terms[:NAMES]
+    return terms
 
 
 def unknown_name(terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | None) -> float:
@@ -246,13 +246,15 @@ def calibrate(
                 unknown,
             )
         )
+    features = {
+        key: value for key, value in (("absent", absent), ("unknown_name", unknown)) if value
+    }
     out: list[Hit] = []
     running = 0.0
     for hit, value in zip(reversed(hits), reversed(values), strict=True):
         running = max(running, value)
         metadata = {**hit.metadata, "rank_score": hit.score, "relevance": round(value, 4)}
-        if absent or unknown:
-            features = {"absent": absent} | ({"unknown_name": unknown} if unknown else {})
+        if features:
             metadata["evidence"] = {**(metadata.get("evidence") or {}), **features}
         out.append(hit.model_copy(update={"score": round(running, 6), "metadata": metadata}))
     out.reverse()

@@ -61,16 +61,15 @@ class ChunkReads(Backend):
         return out
 
     def conversation_participants(self, tenant: str, conversation_id: str) -> list[str]:
-        """Who speaks in one conversation: the participants of its live chunks (names, or
-        "user" / "用户" where a turn has none), first seen first."""
-        found: list[str] = []
+        """Who speaks in one conversation, sorted: the participants of its live chunks
+        (names, or "user" / "用户" where a turn has none)."""
+        found: set[str] = set()
         for (value,) in self._db().execute(
             "SELECT DISTINCT participants FROM chunks WHERE tenant=? AND conversation_id=? "
             "AND deleted=0",
             [tenant, conversation_id],
         ):
-            names = json.loads(value) if isinstance(value, str) else value
-            found.extend(name for name in names or [] if name not in found)
+            found.update(json.loads(value) if isinstance(value, str) else value or [])
         return sorted(found)
 
     def caller_chunks(
