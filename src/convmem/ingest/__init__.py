@@ -1,23 +1,29 @@
 """Incremental chunking with context prefixes and stable chunk ids (seed 001)."""
 
 from convmem.ingest.chunker import (
+    MAX_CLAUSES,
     ChunkingPolicy,
     ChunkPlan,
     ChunkTurn,
+    line_clauses,
     plan_chunks,
     render_chunk,
     spoken,
     turn_lines,
+    vector_rows,
 )
 from convmem.ingest.ids import chunk_id
 
 __all__ = [
+    "MAX_CLAUSES",
     "ChunkPlan",
     "ChunkTurn",
     "ChunkingPolicy",
     "chunk_id",
+    "line_clauses",
     "plan_chunks",
     "render_chunk",
     "spoken",
     "turn_lines",
+    "vector_rows",
 ]

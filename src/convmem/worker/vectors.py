@@ -1,7 +1,10 @@
 """A chunk's vectors: its own, and one per turn it holds (turn-level evidence reads them).
 
-Both come from one ``embed_array`` call per batch: the chunk texts, then every distinct
-turn line (label off) of chunks the chunker gave turn offsets. A chunk without offsets
+All come from one ``embed_array`` call per batch: the chunk texts, then every distinct
+turn line (label off) of chunks the chunker gave turn offsets, and the clauses of those
+lines that say several things (:func:`~convmem.ingest.line_clauses`). A chunk's turn
+vectors are its lines' rows in turn order, then each line's clause rows in the same order
+(:func:`~convmem.ingest.vector_rows` reads this layout). A chunk without offsets
 (caller-made, story) has no turn vectors.
 """
 
@@ -12,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from convmem.embed import EmbeddingService
-from convmem.ingest import turn_lines
+from convmem.ingest import line_clauses, turn_lines
 
 __all__ = ["embed_chunks"]
 
@@ -20,8 +23,12 @@ __all__ = ["embed_chunks"]
 def embed_chunks(
     embedding: EmbeddingService, chunks: Sequence[tuple[str, Sequence[Sequence[int]]]]
 ) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    """``(vector, turn_vectors)`` for each ``(text, turn_offsets)``."""
+    """``(vector, turn_vectors)`` for each ``(text, turn_offsets)``: a row per turn line,
+    then a row per clause of each line."""
     lines_of = [turn_lines(text, offsets) if offsets else [] for text, offsets in chunks]
+    lines_of = [
+        lines + [part for line in lines for part in line_clauses(line)] for lines in lines_of
+    ]
     distinct = list(dict.fromkeys(line for lines in lines_of for line in lines))
     matrix = embedding.embed_array([text for text, _ in chunks] + distinct)
     row_of = {line: len(chunks) + i for i, line in enumerate(distinct)}
