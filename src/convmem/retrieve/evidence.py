@@ -370,8 +370,8 @@ def turn_hits(
     ranked = sorted(best.values(), key=lambda item: (-item[0], item[1].rank))
     taken: dict[str, int] = {}
     covered: dict[str, set[int]] = {}
-    first: list[Hit] = []
-    later: list[Hit] = []
+    first: list[tuple[float, _Unit, Evidence]] = []
+    later: list[tuple[float, _Unit, Evidence]] = []
     for score, unit, evidence in ranked:
         count = taken.get(unit.hit.chunk_id, 0)
         taken[unit.hit.chunk_id] = count + 1
@@ -381,5 +381,6 @@ def turn_hits(
         repeated = unit.seq is None and seqs and len(seqs & seen) * 3 >= len(seqs) * 2
         seen.update(seqs)
         wait = count >= per_chunk or repeated
-        (later if wait else first).append(_turn_hit(unit, score, evidence))
-    return (first + later)[:top_k]
+        (later if wait else first).append((score, unit, evidence))
+    # only the hits returned are built (a search scores a few hundred candidate lines)
+    return [_turn_hit(unit, score, evidence) for score, unit, evidence in (first + later)[:top_k]]
