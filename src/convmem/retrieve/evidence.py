@@ -314,6 +314,28 @@ def _answered(units: Sequence[_Unit], values: Sequence[float]) -> list[float]:
     return out
 
 
+Scored = tuple[float, _Unit, Evidence]
+
+
+def _capped(ranked: Sequence[Scored], per_chunk: int) -> list[Scored]:
+    """Rank order, but at most ``per_chunk`` turns of one chunk before the other chunks' best
+    turns, and a whole chunk mostly inside what ranked above it (as :func:`diverse`) last."""
+    taken: dict[str, int] = {}
+    covered: dict[str, set[int]] = {}
+    first: list[Scored] = []
+    later: list[Scored] = []
+    for item in ranked:
+        unit = item[1]
+        count = taken.get(unit.hit.chunk_id, 0)
+        taken[unit.hit.chunk_id] = count + 1
+        seen = covered.setdefault(str(unit.hit.metadata.get("conversation_id")), set())
+        seqs = {unit.seq} if unit.seq is not None else turns_of(unit.hit.metadata) or set()
+        repeated = unit.seq is None and seqs and len(seqs & seen) * 3 >= len(seqs) * 2
+        seen.update(seqs)
+        (later if count >= per_chunk or repeated else first).append(item)
+    return first + later
+
+
 def turn_hits(
     hits: Sequence[Hit],
     query: str,
@@ -364,7 +386,7 @@ def turn_hits(
     share = vector_weight * TURN_VECTOR_WEIGHT if own else 0.0
     named = _named_speaker(units, query)
     speaker_share = speaker_weight if named is not None else 0.0
-    best: dict[tuple[str, int | str], tuple[float, _Unit, Evidence]] = {}
+    best: dict[tuple[str, int | str], Scored] = {}
     for unit, match, tokens, cosine, vector_part in zip(
         units, lexical, labelled, similarity, vectors, strict=True
     ):
@@ -383,19 +405,7 @@ def turn_hits(
         if key not in best or score > best[key][0]:
             best[key] = (score, unit, found)
     ranked = sorted(best.values(), key=lambda item: (-item[0], item[1].rank))
-    taken: dict[str, int] = {}
-    covered: dict[str, set[int]] = {}
-    first: list[tuple[float, _Unit, Evidence]] = []
-    later: list[tuple[float, _Unit, Evidence]] = []
-    for score, unit, evidence in ranked:
-        count = taken.get(unit.hit.chunk_id, 0)
-        taken[unit.hit.chunk_id] = count + 1
-        seen = covered.setdefault(str(unit.hit.metadata.get("conversation_id")), set())
-        seqs = {unit.seq} if unit.seq is not None else turns_of(unit.hit.metadata) or set()
-        # a whole chunk mostly inside what ranked above it is not repeated (as diverse())
-        repeated = unit.seq is None and seqs and len(seqs & seen) * 3 >= len(seqs) * 2
-        seen.update(seqs)
-        wait = count >= per_chunk or repeated
-        (later if wait else first).append((score, unit, evidence))
     # only the hits returned are built (a search scores a few hundred candidate lines)
-    return [_turn_hit(unit, score, evidence) for score, unit, evidence in (first + later)[:top_k]]
+    return [
+        _turn_hit(unit, score, found) for score, unit, found in _capped(ranked, per_chunk)[:top_k]
+    ]

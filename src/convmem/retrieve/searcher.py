@@ -15,7 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -151,28 +151,8 @@ class HybridSearcher:
             if rowid in rows
         }
         if turns:
-            stored = (
-                self.store.turn_vectors(request.tenant, list(rows))
-                if vector is not None and mode != "lexical"
-                else {}
-            )
-            dimension = self.embedding.dimension
-            # a one-line question's turns also rank by the model's calibrated relevance
-            # (fitted on one-line questions; a dialogue window keeps its fused order)
-            fit = self.calibrations["turn", spec.conversation_id is not None]
-            hits = turn_hits(
-                hits,
-                query,
-                request.top_k,
-                relevance=None if is_window(query) else functools.partial(evidence_relevance, fit),
-                query_vector=vector if mode != "lexical" else None,
-                embed=self.turn_vectors if self.embedding.embeds_turns else None,
-                chunk_similarity=similarity,
-                line_vectors={
-                    rows[rowid][0]: np.frombuffer(blob, np.float32).reshape(-1, dimension)
-                    for rowid, blob in stored.items()
-                },
-                vector_weight=weight,
+            hits = self._turn_hits(
+                request, spec, hits, rows, vector if mode != "lexical" else None, similarity, weight
             )
         else:
             hits = chunk_evidence(hits, query, similarity)
@@ -186,6 +166,39 @@ class HybridSearcher:
             )
         self.latency.observe(time.perf_counter() - began)
         return hits
+
+    def _turn_hits(
+        self,
+        request: SearchRequest,
+        spec: FilterSpec,
+        hits: list[Hit],
+        rows: dict[int, tuple[str, str, dict[str, Any]]],
+        vector: np.ndarray | None,
+        similarity: dict[str, float],
+        weight: float,
+    ) -> list[Hit]:
+        """The chunk hits as turn-level evidence (:func:`~convmem.retrieve.evidence.turn_hits`),
+        with the turn vectors the worker stored for them."""
+        stored = self.store.turn_vectors(request.tenant, list(rows)) if vector is not None else {}
+        dimension = self.embedding.dimension
+        query = clean_text(request.query_text)
+        # a one-line question's turns also rank by the model's calibrated relevance
+        # (fitted on one-line questions; a dialogue window keeps its fused order)
+        fit = self.calibrations["turn", spec.conversation_id is not None]
+        return turn_hits(
+            hits,
+            query,
+            request.top_k,
+            relevance=None if is_window(query) else functools.partial(evidence_relevance, fit),
+            query_vector=vector,
+            embed=self.turn_vectors if self.embedding.embeds_turns else None,
+            chunk_similarity=similarity,
+            line_vectors={
+                rows[rowid][0]: np.frombuffer(blob, np.float32).reshape(-1, dimension)
+                for rowid, blob in stored.items()
+            },
+            vector_weight=weight,
+        )
 
     def _query_vector(self, request: SearchRequest, spec: FilterSpec) -> np.ndarray | None:
         """The request's vector, or the embedded query (:meth:`_vector_text`); None when a
