@@ -152,7 +152,14 @@ class HybridSearcher:
         }
         if turns:
             hits = self._turn_hits(
-                request, spec, hits, rows, vector if mode != "lexical" else None, similarity, weight
+                request,
+                spec,
+                query,
+                hits,
+                rows,
+                vector if mode != "lexical" else None,
+                similarity,
+                weight,
             )
         else:
             hits = chunk_evidence(hits, query, similarity)
@@ -171,17 +178,17 @@ class HybridSearcher:
         self,
         request: SearchRequest,
         spec: FilterSpec,
+        query: str,
         hits: list[Hit],
         rows: dict[int, tuple[str, str, dict[str, Any]]],
         vector: np.ndarray | None,
         similarity: dict[str, float],
         weight: float,
     ) -> list[Hit]:
-        """The chunk hits as turn-level evidence (:func:`~convmem.retrieve.evidence.turn_hits`),
-        with the turn vectors the worker stored for them."""
+        """The chunk hits as turn-level evidence (:func:`~convmem.retrieve.evidence.turn_hits`)
+        for the cleaned ``query``, with the turn vectors the worker stored for them."""
         stored = self.store.turn_vectors(request.tenant, list(rows)) if vector is not None else {}
         dimension = self.embedding.dimension
-        query = clean_text(request.query_text)
         # a one-line question's turns also rank by the model's calibrated relevance
         # (fitted on one-line questions; a dialogue window keeps its fused order)
         fit = self.calibrations["turn", spec.conversation_id is not None]
