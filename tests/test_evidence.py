@@ -13,7 +13,7 @@ from convmem.governance import KeepAllMarker
 from convmem.ingest import MAX_CLAUSES, line_clauses, vector_rows
 from convmem.models import Hit
 from convmem.retrieve.evidence import named, turn_hits, without_names
-from helpers import live_chunks, make_turns
+from helpers import live_chunks, make_turns, strip_clause_vectors
 
 NOISE = [
     "今天天气不错，适合出去走走。",
@@ -178,16 +178,7 @@ def test_a_turn_is_as_similar_to_the_question_as_its_closest_clause(memory: Memo
     assert similarity == pytest.approx(float(parts.max()), abs=1e-4)
     assert similarity > whole + 0.05  # the clause is closer than the whole line
     # a store indexed before clause vectors (one row per line) reads its lines' rows only
-    with memory.store._write() as conn:
-        for rowid, blob in conn.execute("SELECT rowid, turn_vectors FROM chunks").fetchall():
-            if blob is None:
-                continue
-            kept = np.frombuffer(blob, np.float32).reshape(-1, embedder.dimension)
-            lines_count = len(memory.store.load_rows("default", [rowid])[rowid][2]["turn_seqs"])
-            conn.execute(
-                "UPDATE chunks SET turn_vectors=? WHERE rowid=?",
-                (kept[:lines_count].tobytes(), rowid),
-            )
+    strip_clause_vectors(memory)
     older = memory.search(question, top_k=3, min_score=0, filters={"conversation_id": "c"})
     assert older[0].metadata["evidence"]["similarity"] == pytest.approx(whole, abs=1e-4)
 
