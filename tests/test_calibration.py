@@ -26,6 +26,7 @@ from convmem.retrieve.calibration import (
 )
 from convmem.retrieve.searcher import TurnVectors
 from convmem.server import ServerSettings, create_app
+from convmem.text import chinese_names
 from helpers import make_turns
 
 TRAVEL = [
@@ -252,6 +253,44 @@ def test_the_names_of_a_question_are_its_capitalised_words_inside_a_sentence() -
     assert unknown_name(name_terms("What did Caroline tell Jon?"), scope) == 1.0
     assert unknown_name(name_terms("What did Jon paint?"), None) == 0.0
     assert unknown_name([], scope) == 0.0
+
+
+def test_chinese_personal_names_are_names_and_common_words_are_not() -> None:
+    assert chinese_names("林峰哪天生日？") == ["林峰"]
+    assert chinese_names("我的同事张晓明和小雯去哪了，阿杰知道吗") == ["张晓明", "小雯", "阿杰"]
+    # jieba tags these as names too; they are common words (in its dictionary), kinship
+    # terms, or do not open with a surname or 小/阿/老
+    for text in ("我老公在哪上班", "王阿姨住在哪", "太棒了，爸爸妈妈来了", "阳光明媚", "明白了"):
+        assert chinese_names(text) == [], text
+    assert chinese_names("What did Caroline paint?") == []
+    assert names("林峰和 Jon 哪天生日") == ["Jon", "林峰"]
+    # a Chinese name is looked up by its first two characters, a bigram every Chinese run
+    # of a chunk is indexed by: jieba may cut it otherwise in a line, or take in a
+    # character that follows it (陈静开的店 → 陈静开)
+    assert name_terms("张晓明喜欢什么") == ["张晓"]
+    scope = (30, {"陈静": 3, "静开": 1})
+    assert unknown_name(name_terms("陈静开的是什么店？"), scope) == 0.0
+    assert unknown_name(name_terms("林峰开的是什么店？"), scope) == 1.0
+
+
+def test_a_chinese_question_about_someone_the_chat_never_mentions_is_marked(travel: Memory) -> None:
+    calibration = CALIBRATIONS[("hashing", "turn")]
+    trip = {"conversation_id": "trip"}
+    memory_text = "我同事林峰下个月也去东京出差，住同一家酒店。"
+    travel.add_turns("trip", make_turns([memory_text], start=len(TRAVEL)))
+    travel.flush()
+    known = travel.search("林峰去哪出差", top_k=3, min_score=0, filters=trip)
+    assert known and known[0].text.endswith(memory_text)
+    assert all("unknown_name" not in hit.metadata["evidence"] for hit in known)
+    foreign = travel.search("周婷去哪出差", top_k=3, min_score=0, filters=trip)
+    assert foreign and all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in foreign)
+    for hit in foreign:
+        evidence = hit.metadata["evidence"]
+        features = (evidence["coverage"], evidence["context"], evidence.get("similarity"))
+        absent = evidence.get("absent", 0.0)
+        assert hit.metadata["relevance"] == round(relevance(calibration, *features, absent, 1.0), 4)
+        assert hit.metadata["relevance"] < relevance(calibration, *features, absent, 0.0)
+    assert travel.search("林峰去哪出差", top_k=1, filters=trip)[0].text.endswith(memory_text)
 
 
 def test_a_question_naming_someone_the_conversation_never_mentions_is_marked(

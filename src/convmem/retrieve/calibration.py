@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from convmem.models import Hit
-from convmem.text import is_mostly_cjk, keywords, tokenize, words
+from convmem.text import chinese_names, is_mostly_cjk, keywords, tokenize, words
 
 if TYPE_CHECKING:
     from convmem.retrieve.evidence import Evidence
@@ -182,7 +182,8 @@ _SENTENCE_ENDS = ".!?:;\"'“‘。！？：；"
 def names(query: str) -> list[str]:
     """Capitalised Latin-script words of three letters or more that do not open a sentence
     and are no month or weekday (Jon, Peru, LGBTQ): the names of an English question. In
-    a Chinese question a capital is a name wherever it stands (Jon 喜欢吃什么)."""
+    a Chinese question a capital is a name wherever it stands (Jon 喜欢吃什么), and so is a
+    Chinese personal name (:func:`~convmem.text.chinese_names`: 林峰, 小雯)."""
     found: list[str] = []
     chinese = is_mostly_cjk(query)
     for match in _LATIN_WORD.finditer(query):
@@ -197,6 +198,8 @@ def names(query: str) -> list[str]:
             and word not in found
         ):
             found.append(word)
+    if chinese:
+        found.extend(name for name in chinese_names(query) if name not in found)
     return found
 
 
@@ -208,8 +211,15 @@ def specific_terms(query: str) -> list[str]:
 
 
 def name_terms(query: str) -> list[str]:
-    """The search tokens of the question's names (:func:`names`), at most :data:`NAMES`."""
-    return _search_tokens(names(query))[:NAMES]
+    """The search tokens of the question's names (:func:`names`), at most :data:`NAMES`.
+    A Chinese name's token is its first two characters (a character bigram, which every
+    Chinese run of a chunk is indexed by): jieba may cut the name differently in a line
+    (张晓明 → 张晓 + 明) or take a following character into it (陈静开的店 → 陈静开)."""
+    return _search_tokens([_name_key(name) for name in names(query)])[:NAMES]
+
+
+def _name_key(name: str) -> str:
+    return name[:2] if is_mostly_cjk(name) else name
 
 
 def _search_tokens(found: Sequence[str]) -> list[str]:

@@ -25,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "TOKENIZER_VERSION",
+    "chinese_names",
     "fold",
     "keywords",
     "load_user_dict",
@@ -319,6 +320,54 @@ def _jieba() -> Any:
                 jieba.initialize()
                 _jieba_ready = True
     return jieba
+
+
+# The hundred or so most common Chinese surnames, and the familiar prefixes of a given name
+# (小雯, 阿杰, 老王): what :func:`chinese_names` asks of a word before calling it a name.
+_SURNAMES = frozenset(
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶"
+    "程苏魏吕丁任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付傅方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺"
+    "顾毛郝龚邵万钱严覃武戴莫孔向汤欧柳岳"
+)
+_FAMILIAR = frozenset("小阿老")
+_CJK_WORD = re.compile(rf"^[{_CJK}]{{2,3}}$")
+_HAS_CJK = re.compile(f"[{_CJK}]")
+# jieba's dictionary tags many common words as names (明白, 阳光, 老公 are "nr"); a word it
+# holds at this frequency or more is taken for a common word
+_COMMON_WORD = 5
+_posseg_lock = threading.Lock()
+
+
+def _posseg() -> Any:
+    _jieba()
+    with _posseg_lock:  # its first import loads the part-of-speech model
+        import jieba.posseg
+
+        return jieba.posseg
+
+
+def chinese_names(text: str) -> list[str]:
+    """The Chinese personal names in ``text``, each once, in order: words that jieba's
+    part-of-speech model tags as a person's name (``nr``) and its dictionary does not hold
+    as a common word, of two or three characters that open with a common surname (林峰,
+    张晓明), or of two that open with 小, 阿 or 老 (小雯, 阿杰). Conservative by design:
+    a word taken for a name wrongly makes "no memory" likelier (see
+    :func:`convmem.retrieve.calibration.unknown_name`)."""
+    if not _HAS_CJK.search(text):
+        return []
+    posseg = _posseg()
+    frequency = _jieba().dt.FREQ
+    found: list[str] = []
+    for word, tag in posseg.lcut(unicodedata.normalize("NFKC", text)):
+        if (
+            tag.startswith("nr")
+            and _CJK_WORD.match(word)
+            and (frequency.get(word) or 0) < _COMMON_WORD
+            and (word[0] in _SURNAMES or (len(word) == 2 and word[0] in _FAMILIAR))
+            and word not in found
+        ):
+            found.append(word)
+    return found
 
 
 def _normalise(text: str) -> str:
