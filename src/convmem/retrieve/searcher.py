@@ -36,6 +36,7 @@ from convmem.retrieve.calibration import (
 from convmem.retrieve.evidence import chunk_evidence, named, turn_hits, without_names
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse
 from convmem.retrieve.preretrieval import dialogue_vector
+from convmem.retrieve.ranker import Ranker, ranker_for
 from convmem.retrieve.request import GRANULARITIES, SearchRequest
 from convmem.store import SQLStore, parse_filters
 from convmem.store.ann import AnnIndex
@@ -99,6 +100,8 @@ class HybridSearcher:
             for granularity in GRANULARITIES
             for scoped in (False, True)
         }
+        # the model's learned line ranker (None: the hand score alone)
+        self.ranker: Ranker | None = ranker_for(embedding.model_id)
 
     def search(self, request: SearchRequest) -> list[Hit]:
         """Hits for one request, best first. Raises InvalidInputError / FilterError."""
@@ -189,14 +192,17 @@ class HybridSearcher:
         for the cleaned ``query``, with the turn vectors the worker stored for them."""
         stored = self.store.turn_vectors(request.tenant, list(rows)) if vector is not None else {}
         dimension = self.embedding.dimension
-        # a one-line question's turns also rank by the model's calibrated relevance
-        # (fitted on one-line questions; a dialogue window keeps its fused order)
+        # a one-line question's turns also rank by the model's calibrated relevance and
+        # its ranker (both fitted on one-line questions; a dialogue window keeps its
+        # fused order; the ranker also needs the vector side it was fitted with)
         fit = self.calibrations["turn", spec.conversation_id is not None]
+        window = is_window(query)
         return turn_hits(
             hits,
             query,
             request.top_k,
-            relevance=None if is_window(query) else functools.partial(evidence_relevance, fit),
+            relevance=None if window else functools.partial(evidence_relevance, fit),
+            ranker=None if window or vector is None else self.ranker,
             query_vector=vector,
             embed=self.turn_vectors if self.embedding.embeds_turns else None,
             chunk_similarity=similarity,

