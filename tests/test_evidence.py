@@ -159,6 +159,28 @@ def test_a_ranker_reads_each_lines_features_and_counts_in_its_rank() -> None:
     )
 
 
+def test_lines_said_on_the_day_the_question_names_are_dated() -> None:
+    may8 = _hit("a", 1.0, ["u: we went hiking", "a: sounds fun"], [0, 1])
+    may8.metadata["timestamp_range"] = ["2023-05-08T13:56:00+00:00", "2023-05-08T14:01:00+00:00"]
+    june = _hit("b", 0.9, ["u: we went hiking again"], [2])
+    june.metadata["timestamp_range"] = ["2023-06-20T09:00:00+00:00", "2023-06-20T09:00:00+00:00"]
+    seen: list[LineFeatures] = []
+
+    def ranker(lines: Sequence[LineFeatures]) -> list[float]:
+        seen.extend(lines)
+        return [line.dated for line in lines]
+
+    ranked = turn_hits([june, may8], "Where did we go hiking on 8 May, 2023?", 3, ranker=ranker)
+    assert {line.seq: line.dated for line in seen} == {0: 1.0, 1: 1.0, 2: 0.0}
+    assert ranked[0].chunk_id == "a"  # the ranker's value lifts it over the better-fused one
+    seen.clear()
+    turn_hits([june, may8], "Where did we go hiking in June 2023?", 3, ranker=ranker)
+    assert {line.seq: line.dated for line in seen} == {0: 0.0, 1: 0.0, 2: 1.0}
+    seen.clear()
+    turn_hits([june, may8], "Where did we go hiking?", 3, ranker=ranker)
+    assert all(line.dated == 0.0 for line in seen)
+
+
 def test_a_fitted_ranker_is_a_logistic_model_of_the_features() -> None:
     ranker = Ranker("m", -1.0, tuple(0.5 for _ in FEATURES))
     features = LineFeatures(3, "c", *(0.2 for _ in FEATURES))

