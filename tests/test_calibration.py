@@ -14,9 +14,11 @@ from convmem import HashingEmbedder, InvalidInputError, Memory
 from convmem.cli.main import main as cli_main
 from convmem.embed import EmbeddingService
 from convmem.governance import KeepAllMarker
+from convmem.models import Hit
 from convmem.retrieve import DEFAULT_MIN_SCORE
 from convmem.retrieve.calibration import (
     CALIBRATIONS,
+    Calibration,
     absent_share,
     name_terms,
     names,
@@ -255,6 +257,16 @@ def test_the_names_of_a_question_are_its_capitalised_words_inside_a_sentence() -
     assert unknown_name([], scope) == 0.0
 
 
+def _assert_marked_unknown(hits: list[Hit], calibration: Calibration) -> None:
+    """Each hit's relevance is the fit's with ``unknown_name`` 1, and lower than without."""
+    for hit in hits:
+        evidence = hit.metadata["evidence"]
+        features = (evidence["coverage"], evidence["context"], evidence.get("similarity"))
+        absent = evidence.get("absent", 0.0)
+        assert hit.metadata["relevance"] == round(relevance(calibration, *features, absent, 1.0), 4)
+        assert hit.metadata["relevance"] < relevance(calibration, *features, absent, 0.0)
+
+
 def test_chinese_personal_names_are_names_and_common_words_are_not() -> None:
     assert chinese_names("林峰哪天生日？") == ["林峰"]
     assert chinese_names("我的同事张晓明和小雯去哪了，阿杰知道吗") == ["张晓明", "小雯", "阿杰"]
@@ -284,12 +296,7 @@ def test_a_chinese_question_about_someone_the_chat_never_mentions_is_marked(trav
     assert all("unknown_name" not in hit.metadata["evidence"] for hit in known)
     foreign = travel.search("周婷去哪出差", top_k=3, min_score=0, filters=trip)
     assert foreign and all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in foreign)
-    for hit in foreign:
-        evidence = hit.metadata["evidence"]
-        features = (evidence["coverage"], evidence["context"], evidence.get("similarity"))
-        absent = evidence.get("absent", 0.0)
-        assert hit.metadata["relevance"] == round(relevance(calibration, *features, absent, 1.0), 4)
-        assert hit.metadata["relevance"] < relevance(calibration, *features, absent, 0.0)
+    _assert_marked_unknown(foreign, calibration)
     assert travel.search("林峰去哪出差", top_k=1, filters=trip)[0].text.endswith(memory_text)
 
 
@@ -313,11 +320,4 @@ def test_a_question_naming_someone_the_conversation_never_mentions_is_marked(
         assert known and all("unknown_name" not in hit.metadata["evidence"] for hit in known)
         foreign = memory.search("What did Jon paint?", top_k=3, min_score=0, filters=scope)
         assert foreign and all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in foreign)
-        for hit in foreign:
-            evidence = hit.metadata["evidence"]
-            features = (evidence["coverage"], evidence["context"], evidence.get("similarity"))
-            absent = evidence.get("absent", 0.0)
-            assert hit.metadata["relevance"] == round(
-                relevance(calibration, *features, absent, 1.0), 4
-            )
-            assert hit.metadata["relevance"] < relevance(calibration, *features, absent, 0.0)
+        _assert_marked_unknown(foreign, calibration)

@@ -10,30 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from convmem.errors import InvalidInputError
+from convmem.text.dates import MONTHS
 
 __all__ = ["iter_conversations", "locomo_conversation", "parse_locomo_time"]
 
 _LOCOMO_TIME = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+(\w+),?\s+(\d{4})", re.I)
-_MONTHS = {
-    name: index
-    for index, name in enumerate(
-        [
-            "january",
-            "february",
-            "march",
-            "april",
-            "may",
-            "june",
-            "july",
-            "august",
-            "september",
-            "october",
-            "november",
-            "december",
-        ],
-        start=1,
-    )
-}
+_MONTHS = {name: index for index, name in enumerate(MONTHS, start=1)}
 
 
 def parse_locomo_time(value: str) -> datetime:

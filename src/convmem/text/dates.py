@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-__all__ = ["date_span"]
+__all__ = ["MONTHS", "date_span"]
 
-_MONTHS = (
+#: English month names, January first.
+MONTHS = (
     "january",
     "february",
     "march",
@@ -30,8 +31,8 @@ _MONTHS = (
     "november",
     "december",
 )
-_SHORT = {name[:3]: number for number, name in enumerate(_MONTHS, start=1)} | {"sept": 9}
-_MONTH = rf"({'|'.join(_MONTHS)}|{'|'.join(sorted(_SHORT, key=len, reverse=True))})\.?"
+_SHORT = {name[:3]: number for number, name in enumerate(MONTHS, start=1)} | {"sept": 9}
+_MONTH = rf"({'|'.join(MONTHS)}|{'|'.join(sorted(_SHORT, key=len, reverse=True))})\.?"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"(\d{4})"
 _PATTERNS = (
@@ -57,7 +58,7 @@ def _month(text: str) -> int:
     if text.isdigit():
         return int(text)
     name = text.lower().rstrip(".")
-    return _MONTHS.index(name) + 1 if name in _MONTHS else _SHORT[name]
+    return MONTHS.index(name) + 1 if name in MONTHS else _SHORT[name]
 
 
 def date_span(question: str) -> tuple[float, float] | None:
