@@ -486,24 +486,20 @@ def turn_hits(
     similarity = _similarities(
         units, query_vector, embed, chunk_similarity or {}, line_vectors or {}
     )
-    own = [value for value in similarity if value is not None]
-    low, span = (min(own), max(own) - min(own)) if own else (0.0, 0.0)
-    vectors = [
-        (cosine - low) / span if span > 0 and cosine is not None else 0.0 for cosine in similarity
-    ]
+    vectors = _vector_parts(similarity)
     asks = [_asks(unit) for unit in units]
     lexical = _answered(units, asks, lexical)
-    vectors = _answered(units, asks, vectors)
+    parts = _answered(units, asks, vectors or [0.0] * len(units))
     top = max(lexical) or 1.0
     matches = [match / top for match in lexical]
-    share = vector_weight * TURN_VECTOR_WEIGHT if own else 0.0
+    share = vector_weight * TURN_VECTOR_WEIGHT if vectors is not None else 0.0
     named = _named_speaker(units, query)
     speaker_share = speaker_weight if named is not None else 0.0
     scores: list[float] = []
     evidence: list[Evidence] = []
     said = [named is not None and _speaker(unit) == named for unit in units]
     for unit, match, tokens, cosine, vector_part, by_named in zip(
-        units, matches, labelled, similarity, vectors, said, strict=True
+        units, matches, labelled, similarity, parts, said, strict=True
     ):
         score = (
             unit.hit.score
@@ -520,10 +516,39 @@ def turn_hits(
         features = _line_features(
             units, scores, matches, evidence, said, similarity, asks, documents, date_span(query)
         )
-        scores = [
-            (score + ranker_weight * float(probability)) / (1.0 + ranker_weight)
-            for score, probability in zip(scores, ranker(features), strict=True)
-        ]
+        scores = _blend(scores, ranker(features), ranker_weight)
+    ranked = _once_per_turn(units, scores, evidence)
+    # only the hits returned are built (a search scores a few hundred candidate lines)
+    return [
+        _turn_hit(unit, score, found) for score, unit, found in _capped(ranked, per_chunk)[:top_k]
+    ]
+
+
+def _blend(scores: Sequence[float], values: Iterable[float], weight: float) -> list[float]:
+    """Each score with its value added at ``weight`` (both in [0, 1], so is the result)."""
+    return [
+        (score + weight * float(value)) / (1.0 + weight)
+        for score, value in zip(scores, values, strict=True)
+    ]
+
+
+def _vector_parts(similarity: Sequence[float | None]) -> list[float] | None:
+    """Each unit's cosine min-max scaled over the candidates (0 where it has none); None
+    when no unit has one (no vector side)."""
+    own = [value for value in similarity if value is not None]
+    if not own:
+        return None
+    low, span = min(own), max(own) - min(own)
+    return [
+        (cosine - low) / span if span > 0 and cosine is not None else 0.0 for cosine in similarity
+    ]
+
+
+def _once_per_turn(
+    units: Sequence[_Unit], scores: Sequence[float], evidence: Sequence[Evidence]
+) -> list[Scored]:
+    """Each turn once, at its best score (overlapping chunks hold some turns twice), best
+    first; a whole chunk is its own entry."""
     best: dict[tuple[str, int | str], Scored] = {}
     for unit, score, found in zip(units, scores, evidence, strict=True):
         key = (
@@ -533,8 +558,4 @@ def turn_hits(
         )
         if key not in best or score > best[key][0]:
             best[key] = (score, unit, found)
-    ranked = sorted(best.values(), key=lambda item: (-item[0], item[1].rank))
-    # only the hits returned are built (a search scores a few hundred candidate lines)
-    return [
-        _turn_hit(unit, score, found) for score, unit, found in _capped(ranked, per_chunk)[:top_k]
-    ]
+    return sorted(best.values(), key=lambda item: (-item[0], item[1].rank))
