@@ -171,15 +171,26 @@ def fit(cases: list[Case], lexical: bool, scoped: bool = True) -> tuple[float, .
             labels.append(1.0 if case["answerable"] else 0.0)
     x = np.asarray(rows)
     y = np.asarray(labels)
-    # balance the classes: each weighs half
-    weight = np.where(y == 1, 0.5 / max(y.sum(), 1), 0.5 / max((1 - y).sum(), 1))
-    beta = np.zeros(x.shape[1])
-    for _ in range(50):
-        p = 1 / (1 + np.exp(-x @ beta))
-        gradient = x.T @ (weight * (p - y)) + 1e-4 * beta
-        hessian = (x * (weight * p * (1 - p))[:, None]).T @ x + 1e-4 * np.eye(x.shape[1])
-        beta -= np.linalg.solve(hessian, gradient)
+    beta = logistic(x, y, balanced(y), ridge=1e-4, steps=50)
     return tuple(round(float(b), 3) for b in beta)
+
+
+def balanced(y: np.ndarray) -> np.ndarray:
+    """Sample weights under which each class (1 and 0 in ``y``) weighs half."""
+    return np.where(y == 1, 0.5 / max(y.sum(), 1), 0.5 / max((1 - y).sum(), 1))
+
+
+def logistic(
+    x: np.ndarray, y: np.ndarray, weight: np.ndarray, *, ridge: float, steps: int
+) -> np.ndarray:
+    """Weighted logistic regression of ``y`` on ``x`` by Newton steps, with a ridge."""
+    beta = np.zeros(x.shape[1])
+    for _ in range(steps):
+        p = 1 / (1 + np.exp(-x @ beta))
+        gradient = x.T @ (weight * (p - y)) + ridge * beta
+        hessian = (x * (weight * p * (1 - p))[:, None]).T @ x + ridge * np.eye(x.shape[1])
+        beta -= np.linalg.solve(hessian, gradient)
+    return beta
 
 
 def _worst_lost(cases: list[Case], calibration: Calibration) -> float:

@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from calibrate import balanced, logistic
 from convmem import Memory
 from convmem.embed import resolve_embedder
 from convmem.governance import RuleMarker
@@ -126,25 +127,13 @@ def fit(data: list[tuple[np.ndarray, np.ndarray]]) -> Ranker:
     a = np.vstack(differences)
     w = np.concatenate(weights)
     scale = a.std(axis=0) + 1e-9
-    a = a / scale
-    beta = np.zeros(a.shape[1])
-    for _ in range(30):
-        p = 1 / (1 + np.exp(-a @ beta))
-        gradient = a.T @ (w * (p - 1)) + RIDGE * w.sum() * beta
-        hessian = (a * (w * p * (1 - p))[:, None]).T @ a + RIDGE * w.sum() * np.eye(a.shape[1])
-        beta -= np.linalg.solve(hessian, gradient)
-    beta = beta / scale
+    # every pair's label is 1: the evidence line is the better one
+    beta = logistic(a / scale, np.ones(len(a)), w, ridge=RIDGE * w.sum(), steps=30) / scale
     # Platt scaling: P(evidence) from the pairwise score, the classes weighing half each
     score = np.concatenate([x @ beta for x, _ in data])
     label = np.concatenate([y for _, y in data])
     design = np.stack([np.ones_like(score), score], axis=1)
-    balance = np.where(label == 1, 0.5 / max(label.sum(), 1), 0.5 / max((1 - label).sum(), 1))
-    platt = np.zeros(2)
-    for _ in range(40):
-        p = 1 / (1 + np.exp(-design @ platt))
-        gradient = design.T @ (balance * (p - label))
-        hessian = (design * (balance * p * (1 - p))[:, None]).T @ design + 1e-9 * np.eye(2)
-        platt -= np.linalg.solve(hessian, gradient)
+    platt = logistic(design, label, balanced(label), ridge=1e-9, steps=40)
     return Ranker(
         "fitted", round(float(platt[0]), 4), tuple(round(float(platt[1] * b), 4) for b in beta)
     )

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from convmem.models import Hit
 from convmem.text import chinese_names, is_mostly_cjk, keywords, tokenize, words
+from convmem.text.dates import MONTHS
 
 if TYPE_CHECKING:
     from convmem.retrieve.evidence import Evidence
@@ -171,11 +172,8 @@ NAMES = 3
 # a Latin-script word, accented letters included (José, Zoë, Müller)
 _LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f][A-Za-z0-9\u00c0-\u024f]*")
 # Capitalised, but dates rather than names (a chunk's time prefix writes them as numbers).
-_MONTHS: tuple[str, ...] = ("january", "february", "march", "april", "may", "june", "july")
-_MONTHS += ("august", "september", "october", "november", "december", "jan", "feb", "mar")
-_MONTHS += ("apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec")
 _DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_CALENDAR = frozenset(_MONTHS + _DAYS)
+_CALENDAR = frozenset(MONTHS + tuple(month[:3] for month in MONTHS) + ("sept",) + _DAYS)
 _SENTENCE_ENDS = ".!?:;\"'“‘。！？：；"
 
 

@@ -335,15 +335,15 @@ _HAS_CJK = re.compile(f"[{_CJK}]")
 # jieba's dictionary tags many common words as names (明白, 阳光, 老公 are "nr"); a word it
 # holds at this frequency or more is taken for a common word
 _COMMON_WORD = 5
-_posseg_lock = threading.Lock()
 
 
+@lru_cache(maxsize=1)
 def _posseg() -> Any:
+    """jieba's part-of-speech module (its first import loads the model, about 0.5 s)."""
     _jieba()
-    with _posseg_lock:  # its first import loads the part-of-speech model
-        import jieba.posseg
+    import jieba.posseg
 
-        return jieba.posseg
+    return jieba.posseg
 
 
 def chinese_names(text: str) -> list[str]:
