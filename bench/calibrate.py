@@ -46,12 +46,13 @@ GENERAL_EN = [
     "When was the Eiffel Tower built?",
     "What causes the northern lights?",
 ]
-Case = dict[
-    str, Any
-]  # {"split", "set", "answerable", "features": [(cov, ctx, sim, absent, unknown_name)...], "evidence": [pos]}
+# {"split", "set", "answerable", "evidence": [pos],
+#  "features": [(coverage, context, similarity, absent, unknown_name, best_similarity)...]}
+Case = dict[str, Any]
+Features = tuple[float, float, float | None, float, float, float | None]
 
 
-def _features(hits: list[Any]) -> list[tuple[float, float, float | None, float, float]]:
+def _features(hits: list[Any]) -> list[Features]:
     out = []
     for hit in hits:
         evidence = hit.metadata.get("evidence") or {}
@@ -62,6 +63,7 @@ def _features(hits: list[Any]) -> list[tuple[float, float, float | None, float, 
                 evidence.get("similarity"),
                 float(evidence.get("absent", 0.0)),
                 float(evidence.get("unknown_name", 0.0)),
+                evidence.get("best_similarity"),
             )
         )
     return out
@@ -152,10 +154,15 @@ def locomo_cases(memory: Memory, granularity: str) -> list[Case]:
     return cases
 
 
-def fit(cases: list[Case], lexical: bool, scoped: bool = True) -> tuple[float, ...]:
+def fit(
+    cases: list[Case], lexical: bool, scoped: bool = True, best: bool = True
+) -> tuple[float, ...]:
     """Logistic regression (Newton steps, a small ridge) of evidence hits against unrelated
-    hits; without ``scoped`` the question features (absent, unknown_name) are left out, as
-    a tenant-wide search has none."""
+    hits; without ``scoped`` the question features that need the scope's term counts
+    (absent, unknown_name) are left out, as a tenant-wide search has none; without ``best``
+    the question's best cosine is (its weight comes out 0: the fit before that feature).
+    The weights, in order: bias, coverage, context[, similarity, best_similarity], absent,
+    unknown_name."""
     rows: list[list[float]] = []
     labels: list[float] = []
     for case in cases:
@@ -163,10 +170,11 @@ def fit(cases: list[Case], lexical: bool, scoped: bool = True) -> tuple[float, .
             continue
         picks = case["evidence"][:1] if case["answerable"] else range(len(case["features"]))
         for i in picks:
-            coverage, context, similarity, absent, unknown = case["features"][i]
-            row = (
-                [1.0, coverage, context] if lexical else [1.0, coverage, context, similarity or 0.0]
-            )
+            coverage, context, similarity, absent, unknown, top = case["features"][i]
+            top = top if best else 0.0
+            row = [1.0, coverage, context]
+            if not lexical:
+                row += [similarity or 0.0, similarity or 0.0 if top is None else top]
             rows.append([*row, absent, unknown] if scoped else row)
             labels.append(1.0 if case["answerable"] else 0.0)
     x = np.asarray(rows)
@@ -216,11 +224,16 @@ def anchored(cases: list[Case], calibration: Calibration, lost: float) -> Calibr
             high = shift
         else:
             low = shift
+    # rounded up: rounding to the nearest could move a case at the boundary back under it
     return dataclasses.replace(
         calibration,
-        bias=round(calibration.bias + high, 3),
-        lexical=(round(calibration.lexical[0] + high, 3), *calibration.lexical[1:]),
+        bias=_round_up(calibration.bias + high),
+        lexical=(_round_up(calibration.lexical[0] + high), *calibration.lexical[1:]),
     )
+
+
+def _round_up(value: float) -> float:
+    return math.ceil(value * 1000) / 1000
 
 
 def table(cases: list[Case], calibration: Calibration, thresholds: list[float]) -> dict[str, Any]:
@@ -266,6 +279,11 @@ def main() -> int:
         action="store_true",
         help="fit without the question features: the calibration of tenant-wide searches",
     )
+    parser.add_argument(
+        "--no-best",
+        action="store_true",
+        help="fit without the question's best cosine (best_similarity), for a side-by-side",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     embedder = resolve_embedder(args.embedder)
@@ -283,16 +301,19 @@ def main() -> int:
     scoped = not args.unscoped
     if not scoped:  # a tenant-wide search knows neither question feature
         for case in cases:
-            case["features"] = [(*features[:3], 0.0, 0.0) for features in case["features"]]
+            case["features"] = [
+                (*features[:3], 0.0, 0.0, features[5]) for features in case["features"]
+            ]
     current = calibration_for(model_id, args.granularity, scoped=scoped)
-    vector = fit(cases, lexical=False, scoped=scoped)
+    vector = fit(cases, lexical=False, scoped=scoped, best=not args.no_best)
     lexical = fit(cases, lexical=True, scoped=scoped)
     fitted = Calibration(
         model_id,
         *vector[:4],  # type: ignore[arg-type]
         lexical,
-        absent_weight=vector[4] if scoped else 0.0,
-        unknown_name_weight=vector[5] if scoped else 0.0,
+        absent_weight=vector[5] if scoped else 0.0,
+        unknown_name_weight=vector[6] if scoped else 0.0,
+        best_weight=vector[4],
     )
     fitted = anchored(cases, fitted, args.lost)
     report = {

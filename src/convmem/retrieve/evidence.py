@@ -238,10 +238,14 @@ def idf_table(weights: Mapping[str, float], documents: Sequence[Sequence[str]]) 
     return {term: bm25.idf(len(documents), count) for term, count in counts.items()}
 
 
-def _features(evidence: Evidence) -> dict[str, float]:
+def _features(evidence: Evidence, best: float | None = None) -> dict[str, float]:
+    """A hit's evidence as its metadata shows it; ``best``: the question's best cosine over
+    every candidate (the calibration's ``best_similarity``)."""
     features = {"coverage": round(evidence.coverage, 4), "context": round(evidence.context, 4)}
     if evidence.similarity is not None:
         features["similarity"] = round(evidence.similarity, 4)
+        if best is not None:
+            features["best_similarity"] = round(max(best, evidence.similarity), 4)
     return features
 
 
@@ -252,6 +256,7 @@ def chunk_evidence(hits: Sequence[Hit], query: str, similarity: Mapping[str, flo
     documents = [_tokens(hit.text) for hit in hits]
     idfs = idf_table(weights, documents)
     floor = min(similarity.values()) if similarity else None
+    best = max(similarity.values()) if similarity else None
     return [
         hit.model_copy(
             update={
@@ -262,7 +267,8 @@ def chunk_evidence(hits: Sequence[Hit], query: str, similarity: Mapping[str, flo
                             coverage(weights, idfs, tokens),
                             similarity.get(hit.chunk_id, floor),
                             coverage(weights, idfs, tokens),
-                        )
+                        ),
+                        best,
                     ),
                 }
             }
@@ -271,9 +277,9 @@ def chunk_evidence(hits: Sequence[Hit], query: str, similarity: Mapping[str, flo
     ]
 
 
-def _turn_hit(unit: _Unit, score: float, evidence: Evidence) -> Hit:
+def _turn_hit(unit: _Unit, score: float, evidence: Evidence, best: float | None) -> Hit:
     hit = unit.hit
-    features = _features(evidence)
+    features = _features(evidence, best)
     if unit.seq is None:
         whole = {**hit.metadata, "evidence": features}
         return hit.model_copy(update={"score": round(score, 6), "metadata": whole})
@@ -518,9 +524,11 @@ def turn_hits(
         )
         scores = _blend(scores, ranker(features), ranker_weight)
     ranked = _once_per_turn(units, scores, evidence)
+    best = max((value for value in similarity if value is not None), default=None)
     # only the hits returned are built (a search scores a few hundred candidate lines)
     return [
-        _turn_hit(unit, score, found) for score, unit, found in _capped(ranked, per_chunk)[:top_k]
+        _turn_hit(unit, score, found, best)
+        for score, unit, found in _capped(ranked, per_chunk)[:top_k]
     ]
 
 
