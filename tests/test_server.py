@@ -161,16 +161,25 @@ def test_confirmation_loop_over_http(server: LiveServer) -> None:
         assert client.get("/v1/notes", params={"status": "pending"}).json() == []
         hit = client.post("/v1/search", json={"query_text": "吉他"}).json()["hits"][0]
         assert hit["pending"] is False
-        tiered = client.post(
-            "/v1/search",
-            json={
-                "query_text": "吉他",
-                "filters": {"conversation_id": "c"},
-                "hints": {"strategies": ["temporal_search"], "params": {"top_k": 2}},
-            },
-        ).json()
+        hinted = {
+            "query_text": "吉他",
+            "filters": {"conversation_id": "c"},
+            "hints": {"strategies": ["temporal_search"], "params": {"top_k": 2}},
+        }
+        tiered = client.post("/v1/search", json={**hinted, "granularity": "chunk"}).json()
         assert tiered["hints"]["tiers"] == ["STM", "MTM"] and len(tiered["hits"]) == 2
         assert "STM" in {h["tier"] for h in tiered["hits"]}
+        # evidence turns (the default): a turn both tiers found comes once, the best first
+        spans = [
+            h["metadata"]["turn_range"]
+            for h in client.post("/v1/search", json=hinted).json()["hits"]
+        ]
+        assert spans[0] == [0, 0] and len({tuple(span) for span in spans}) == len(spans) == 2
+        # min_score holds on the hinted path too: nothing relevant, no dialogue hits
+        unrelated = client.post(
+            "/v1/search", json={**hinted, "query_text": "秘鲁的首都是哪里", "min_score": 0.3}
+        ).json()["hits"]
+        assert not [h for h in unrelated if h["tier"] == "MTM"]
         bad_hints = client.post(
             "/v1/search", json={"query_text": "吉他", "hints": {"strategies": ["teleport"]}}
         )

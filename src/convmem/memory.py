@@ -276,7 +276,14 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                     "query_text is empty; send the question to search for", field="query_text"
                 )
             return self.retrieve(
-                query_text, hints, filters=filters, top_k=top_k, query_vector=query_vector
+                query_text,
+                hints,
+                filters=filters,
+                top_k=top_k,
+                query_vector=query_vector,
+                mode=mode,
+                granularity=granularity,
+                min_score=min_score,
             ).hits
         request = SearchRequest(
             tenant=self._tenant,
@@ -305,10 +312,24 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         filters: Mapping[str, Any] | None = None,
         top_k: int = 6,
         query_vector: Sequence[float] | None = None,
+        mode: str = "hybrid",
+        granularity: str = "turn",
+        min_score: float = DEFAULT_MIN_SCORE,
     ) -> RetrievalResult:
-        """Search the tiers the hints ask for; the result also echoes the hints applied."""
+        """Search the tiers the hints ask for; the result also echoes the hints applied.
+
+        ``mode``, ``granularity`` and ``min_score`` apply to the dialogue tier as in
+        :meth:`search`.
+        """
         return self.hierarchy().retrieve(
-            query_text, vector=query_vector, hints=hints, filters=filters, top_k=top_k
+            query_text,
+            vector=query_vector,
+            hints=hints,
+            filters=filters,
+            top_k=top_k,
+            mode=mode,
+            granularity=granularity,
+            min_score=min_score,
         )
 
     def embed_query(self, text: str) -> list[float]:

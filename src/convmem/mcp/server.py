@@ -106,9 +106,7 @@ def _memory_tools(server: MCPServer, memory: Memory) -> None:
         )
         if body.hints is not None:
             hints_used = body.hints.model_dump(mode="json", exclude_unset=True)
-            result = memory.retrieve(
-                body.query_text, hints_used, filters=body.filters, top_k=body.top_k
-            )
+            result = memory.retrieve(body.query_text, hints_used, **body.options())
             return result.as_dict()
         hits = memory.search(body.query_text, **body.options())
         return {"hits": [hit.model_dump(mode="json") for hit in hits], "hints": None}

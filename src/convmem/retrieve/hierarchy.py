@@ -23,11 +23,18 @@ from typing import Any, Protocol
 from convmem.errors import InvalidInputError
 from convmem.governance import Note
 from convmem.models import Hit
+from convmem.retrieve.calibration import DEFAULT_MIN_SCORE, specific_terms
 from convmem.retrieve.request import Searcher, SearchRequest
 from convmem.retrieve.routing import STRATEGIES
 from convmem.text import bm25, tokenize
 
-__all__ = ["HierarchicalMemoryService", "RetrievalResult", "TierSource", "VisibleTurn"]
+__all__ = [
+    "HierarchicalMemoryService",
+    "RetrievalResult",
+    "TierSource",
+    "VisibleTurn",
+    "merge_results",
+]
 
 PERSONA_CATEGORIES = {"preference", "rule"}
 PERSONA_SUBTYPES = {"profile", "constraint", "user_pinned_note"}
@@ -77,6 +84,48 @@ class RetrievalResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"hits": [hit.model_dump(mode="json") for hit in self.hits], "hints": self.hints}
+
+
+def _evidence_key(hit: Hit) -> tuple[Any, ...]:
+    """The turns a dialogue hit (recent turn, turn or chunk) names, else the note's id."""
+    span = hit.metadata.get("turn_range")
+    if span is None or hit.tier == "LTM":
+        return ("note", hit.chunk_id)
+    return (hit.metadata.get("conversation_id"), tuple(span))
+
+
+def merge_results(
+    queries: Sequence[str], results: Sequence[RetrievalResult], top_k: int
+) -> RetrievalResult:
+    """One result for several sub-questions of one question, each already searched.
+
+    Round by round, each sub-question gives its next best hit not yet taken (the one whose
+    best hit scores higher goes first), so every part of "A, and also B" keeps its evidence
+    in the first ``top_k``, which one ranking of the whole question does not promise: the
+    part with more words in common with the memory fills the list. A sub-question with
+    nothing relevant gives nothing. Each hit names the sub-question that found it in
+    ``metadata["sub_query"]``.
+    """
+    pending = [(query, list(result.hits)) for query, result in zip(queries, results, strict=True)]
+    pending.sort(key=lambda item: -item[1][0].score if item[1] else 0.0)
+    hits: list[Hit] = []
+    seen: set[tuple[Any, ...]] = set()
+    while len(hits) < top_k and any(rest for _, rest in pending):
+        for query, rest in pending:
+            while rest and _evidence_key(rest[0]) in seen:
+                rest.pop(0)
+            if rest and len(hits) < top_k:
+                hit = rest.pop(0)
+                seen.add(_evidence_key(hit))
+                hits.append(
+                    hit.model_copy(update={"metadata": {**hit.metadata, "sub_query": query}})
+                )
+    hints = dict(results[0].hints) if results else {}
+    hints["sub_queries"] = [
+        {"query": query, "hits": len(result.hits)}
+        for query, result in zip(queries, results, strict=True)
+    ]
+    return RetrievalResult(hits=hits, hints=hints)
 
 
 def _int_param(params: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
@@ -143,7 +192,18 @@ class HierarchicalMemoryService:
         hints: Mapping[str, Any] | None = None,
         filters: Mapping[str, Any] | None = None,
         top_k: int = 6,
+        *,
+        mode: str = "hybrid",
+        granularity: str = "turn",
+        min_score: float | None = DEFAULT_MIN_SCORE,
     ) -> RetrievalResult:
+        """The hits of the tiers the hints ask for, best first.
+
+        ``mode``, ``granularity`` and ``min_score`` are the dialogue tier's (MTM), as in
+        ``Memory.search``: by default each hit is one evidence turn with its chunk as
+        context, and hits under the calibrated ``min_score`` are dropped, so a question
+        with nothing relevant gets no dialogue hits on this path either.
+        """
         strategies, params = _strategies(hints)
         top_k = _int_param(params, "top_k", top_k, 1, 1000)
         weights = _tiers(strategies, params)
@@ -165,17 +225,22 @@ class HierarchicalMemoryService:
                 top_k=min(1000, top_k * multiplier),
                 filters=filters or None,
                 query_vector=vector,
+                mode=mode,
+                granularity=granularity,
+                min_score=min_score,
             )
             scored += [
                 (hit.score * weights["MTM"], 1, hit) for hit in self.searcher.search(request)
             ]
         if "STM" in weights and conversation_id is not None:
             temporal = "temporal_search" in strategies
-            stm = self._stm(query, conversation_id, temporal=temporal)
+            stm = self._stm(query, conversation_id, temporal=temporal, min_score=min_score or 0.0)
             scored += [(hit.score * weights["STM"], 0, hit) for hit in stm]
         if "LTM" in weights:
             persona_first = "persona_search" in strategies or bool(params.get("include_persona"))
-            ltm = self._ltm(query, top_k * multiplier, persona_first, conversation_id)
+            ltm = self._ltm(
+                query, top_k * multiplier, persona_first, conversation_id, min_score or 0.0
+            )
             scored += [(hit.score * weights["LTM"], 2, hit) for hit in ltm]
         scored.sort(key=lambda item: (-item[0], item[1], item[2].chunk_id))
         applied = {
@@ -184,7 +249,15 @@ class HierarchicalMemoryService:
             "tiers": sorted(weights, key=TIER_ORDER.__getitem__),
             "route_strategy": (hints or {}).get("route_strategy"),
         }
-        return RetrievalResult(hits=[hit for _, _, hit in scored[:top_k]], hints=applied)
+        hits: list[Hit] = []
+        taken: set[tuple[Any, ...]] = set()
+        for _, _, hit in scored:  # a turn both tiers found is one piece of evidence
+            if len(hits) == top_k:
+                break
+            if _evidence_key(hit) not in taken:
+                taken.add(_evidence_key(hit))
+                hits.append(hit)
+        return RetrievalResult(hits=hits, hints=applied)
 
     # -- tiers --------------------------------------------------------------------------
 
@@ -209,16 +282,25 @@ class HierarchicalMemoryService:
             return None  # the window reaches back before year 1: no lower bound
         return [(newest - span).isoformat(), None]
 
-    def _stm(self, query: str, conversation_id: str, *, temporal: bool) -> list[Hit]:
+    def _stm(
+        self, query: str, conversation_id: str, *, temporal: bool, min_score: float
+    ) -> list[Hit]:
+        """The newest turns: for ``temporal_search`` all of them, by recency and word
+        overlap; otherwise those holding the question's words, scored like notes
+        (:func:`_held`) and dropped under ``min_score``."""
         turns = self.source.recent_turns(conversation_id, limit=self.stm_turns, kept_only=True)
         words = set(tokenize(query))
+        specific = specific_terms(query)
         hits = []
         for age, turn in enumerate(reversed(turns)):
-            overlap = len(words & set(tokenize(turn.text))) / (len(words) or 1)
-            if not temporal and overlap == 0:
-                continue
-            recency = 1.0 / (1 + age)
-            score = 0.5 * recency + 0.5 * overlap if temporal else overlap
+            tokens = set(tokenize(turn.text))
+            overlap = len(words & tokens) / (len(words) or 1)
+            if temporal:
+                score = 0.5 / (1 + age) + 0.5 * overlap
+            else:
+                score = _held(specific, tokens) * (0.5 + 0.5 * overlap) if specific else overlap
+                if overlap == 0 or score < min_score:
+                    continue
             hits.append(
                 Hit(
                     chunk_id=f"turn:{conversation_id}:{turn.seq}",
@@ -236,8 +318,17 @@ class HierarchicalMemoryService:
         return hits
 
     def _ltm(
-        self, query: str, limit: int, persona_first: bool, conversation_id: str | None
+        self,
+        query: str,
+        limit: int,
+        persona_first: bool,
+        conversation_id: str | None,
+        min_score: float,
     ) -> list[Hit]:
+        """Notes scored by the share of the question's specific words
+        (:func:`specific_terms`) each holds, times 0.5-1 by its BM25 against the best note's;
+        under ``min_score`` dropped, so a question about something no note holds gets no
+        note. Persona notes asked for (``persona_search``) count as holding every word."""
         # one conversation's notes when the search is scoped to one; each note once
         notes = list(
             {
@@ -247,19 +338,32 @@ class HierarchicalMemoryService:
         if not notes:
             return []
         weights = dict.fromkeys(tokenize(query), 1.0)
-        scores = bm25.rank(weights, [tokenize(note.text) for note in notes])
-        raw: list[tuple[float, Note]] = []
-        for note, score in zip(notes, scores, strict=True):
+        documents = [tokenize(note.text) for note in notes]
+        scores = bm25.rank(weights, documents)
+        specific = specific_terms(query)
+        raw: list[tuple[float, float, Note]] = []
+        for note, score, tokens in zip(notes, scores, documents, strict=True):
             persona = note.category in PERSONA_CATEGORIES or note.subtype in PERSONA_SUBTYPES
+            share = _held(specific, set(tokens)) if specific else 1.0
+            floor = 0.0
             if persona_first and persona:
                 score += 0.5 + note.importance  # persona notes surface even without overlap
+                floor = 1.0  # and the caller asked for them: no relevance floor
             if score > 0:
-                raw.append((score, note))
+                raw.append((score, max(share, floor), note))
         if not raw:
             return []
-        best = max(score for score, _ in raw)
-        raw.sort(key=lambda item: (-item[0], item[1].note_id))
-        return [_note_hit(note, score / best) for score, note in raw[:limit]]
+        best = max(score for score, _, _ in raw)
+        scored = [(share * (0.5 + 0.5 * score / best), note) for score, share, note in raw]
+        scored = [(score, note) for score, note in scored if score >= min_score]
+        scored.sort(key=lambda item: (-item[0], item[1].note_id))
+        return [_note_hit(note, score) for score, note in scored[:limit]]
+
+
+def _held(specific: Sequence[str], tokens: set[str]) -> float:
+    """The share of the question's specific words a text holds: 0 for a text that shares
+    only common words (我, 对, 什么) with a question about something else."""
+    return sum(term in tokens for term in specific) / len(specific)
 
 
 def _note_hit(note: Note, score: float) -> Hit:

@@ -11,9 +11,11 @@ operators:
         keyword_rules:
           - {keywords: ["还记得", "remember"], strategy: deep_search, params: {top_k: 10}}
         default_strategy: semantic_search
+      - {action: decompose}
       - {action: embedding}
   memory_retrieval:
     top_k: 6
+    min_score: 0.3        # also mode, granularity: the dialogue tier's, as in Memory.search
 ```
 
 ``build_pipeline(config, memory=...)`` takes a dict, a YAML or TOML string, or a path.
@@ -32,7 +34,7 @@ import yaml
 
 from convmem.embed import EmbeddingService
 from convmem.errors import InvalidInputError
-from convmem.retrieve.hierarchy import HierarchicalMemoryService
+from convmem.retrieve.hierarchy import HierarchicalMemoryService, merge_results
 from convmem.retrieve.preretrieval import PreRetrieval
 
 __all__ = ["MemoryRetrieval", "Pipeline", "RetrievalHost", "build_pipeline", "load_config"]
@@ -48,26 +50,70 @@ class RetrievalHost(Protocol):
 
 
 class MemoryRetrieval:
-    """Passes query, vector and hints to the service; sets ``data["memory_data"]``."""
+    """Passes query, vector and hints to the service; sets ``data["memory_data"]``.
+
+    A question that ``decompose`` split (``sub_queries``) or ``optimize`` expanded
+    (``expanded_queries``) is searched once per part, each with its own vector
+    (``sub_query_embeddings`` from an ``embedding`` step after ``decompose``, else the
+    service embeds it), and the parts' hits are merged by :func:`merge_results`;
+    ``memory_data["hints"]["sub_queries"]`` says what each part found.
+    """
 
     def __init__(self, service: HierarchicalMemoryService, config: Mapping[str, Any] | None = None):
         self.service = service
         config = dict(config or {})
         self.top_k = int(config.get("top_k", 6))
         self.filters = config.get("filters")
+        # the dialogue tier's options, as Memory.search takes them
+        self.options = {
+            key: config[key] for key in ("mode", "granularity", "min_score") if key in config
+        }
 
     def execute(self, data: dict[str, Any]) -> dict[str, Any]:
         filters = dict(self.filters or {})
         filters.update(data.get("filters") or {})
-        result = self.service.retrieve(
-            data["question"],
-            vector=data.get("query_embedding"),
-            hints=data.get("retrieval_hints"),
-            filters=filters or None,
-            top_k=int(data.get("top_k", self.top_k)),
-        )
+        top_k = int(data.get("top_k", self.top_k))
+        hints = data.get("retrieval_hints")
+        queries = _queries(data)
+        if len(queries) < 2:
+            result = self.service.retrieve(
+                data["question"],
+                vector=data.get("query_embedding"),
+                hints=hints,
+                filters=filters or None,
+                top_k=top_k,
+                **self.options,
+            )
+        else:
+            vectors = (
+                data.get("sub_query_embeddings") if queries == data.get("sub_queries") else None
+            )
+            if not isinstance(vectors, list) or len(vectors) != len(queries):
+                vectors = [None] * len(queries)  # the service embeds each sub-question
+            results = [
+                self.service.retrieve(
+                    query,
+                    vector=vector,
+                    hints=hints,
+                    filters=filters or None,
+                    top_k=top_k,
+                    **self.options,
+                )
+                for query, vector in zip(queries, vectors, strict=True)
+            ]
+            result = merge_results(queries, results, top_k)
         data["memory_data"] = result.as_dict()
         return data
+
+
+def _queries(data: Mapping[str, Any]) -> list[str]:
+    """What to search: the ``decompose`` step's sub-questions when it split the question,
+    else the ``optimize`` step's expansions when it made any, else the question."""
+    for key in ("sub_queries", "expanded_queries"):
+        queries = data.get(key)
+        if isinstance(queries, list) and len(queries) > 1:
+            return [str(query) for query in queries]
+    return [data["question"]]
 
 
 class Pipeline:

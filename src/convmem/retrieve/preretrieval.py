@@ -4,8 +4,10 @@
 ``{"action": ...}`` or ``{"actions": [{"action": ...}, ...]}`` (run in order). Actions:
 
 - ``none``: pass through.
-- ``embedding``: ``query_embedding`` from ``embedder`` (an instance or a spec), optionally
-  with an ``instruction`` prefix. Computation only; no memory service is called.
+- ``embedding``: ``query_embedding`` from ``embedder`` (an instance or a spec) through its
+  query side, optionally with an ``instruction`` prefix; after ``decompose`` also
+  ``sub_query_embeddings``, one per sub-question. Computation only; no memory service is
+  called.
 - ``optimize``: ``operations`` among ``keywords`` (``data["keywords"]``), ``rewrite``
   (drops recall filler like "你还记得" / "do you remember"; the original stays in
   ``original_question``), ``expand`` (``synonyms`` map; ``expanded_queries``) and
@@ -17,7 +19,8 @@
   newest and shrink by ``role_weights``; roles come from ``data["dialogue"]`` or from
   ``speaker: text`` lines). ``query_view`` names the view that becomes
   ``query_embedding`` (default ``dialogue`` when asked for, else ``full``).
-- ``decompose``: ``sub_queries`` split at conjunctions and question marks (or by ``llm``).
+- ``decompose``: ``sub_queries`` split at conjunctions and question marks (or by ``llm``);
+  ``MemoryRetrieval`` searches each and merges their hits.
 - ``route``: ``retrieval_hints`` (see :mod:`convmem.retrieve.routing`).
 - ``validate``: ``valid`` and ``validation_errors``; ``strict: true`` raises instead.
 
@@ -34,7 +37,7 @@ import numpy as np
 
 from convmem.chat import ChatClient, ChatError
 from convmem.embed import Embedder, resolve_embedder
-from convmem.embed.base import normalise_rows
+from convmem.embed.base import embed_query, normalise_rows
 from convmem.errors import InvalidInputError
 from convmem.retrieve.routing import Router
 from convmem.text import clean_text, keywords, words
@@ -50,9 +53,12 @@ _FILLER = re.compile(
 )
 _SPEAKER = re.compile(r"^\s*<?([^<>:：\n]{1,32}?)>?\s*[:：]\s*(.+)$")
 ASSISTANT_ROLES = frozenset({"assistant", "ai", "bot", "agent", "助手", "助理", "system"})
-_SPLIT = re.compile(
-    r"[？?；;]|(?:，|,)?\s*(?:还有|以及|另外|并且|而且|and also|also|as well as)\s*"
-)
+# a conjunction joins two questions only after a comma or a question mark ("A？还有B",
+# "A，以及B", "A, also B") or as "and also": inside a clause 还有 / also are ordinary
+# words ("我还有几天假", "helping the planet while also training the body")
+_CONJUNCTION = r"(?:还有|以及|另外|并且|而且|also|as well as)"
+_SPLIT = re.compile(rf"[？?；;]|[，,]\s*{_CONJUNCTION}\s*|\s+and also\s+", re.IGNORECASE)
+_LEADING = re.compile(rf"^\s*{_CONJUNCTION}\s*", re.IGNORECASE)
 
 
 def _embedder(spec: Any) -> Any:
@@ -66,10 +72,11 @@ def _embedder(spec: Any) -> Any:
 
 
 def _vectors(embedder: Any, texts: list[str]) -> list[list[float]]:
-    if hasattr(embedder, "embed_array"):  # an EmbeddingService (already normalised)
-        return [list(map(float, row)) for row in embedder.embed_array(texts)]
+    """Query vectors: the model's query side (its own prefix, if any), L2-normalised."""
+    if hasattr(embedder, "embed_query_array"):  # an EmbeddingService (already normalised)
+        return [list(map(float, row)) for row in embedder.embed_query_array(texts)]
     model: Embedder = embedder
-    return [list(map(float, row)) for row in normalise_rows(model.embed(texts))]
+    return [list(map(float, row)) for row in normalise_rows(embed_query(model, texts))]
 
 
 class PreRetrieval:
@@ -118,6 +125,13 @@ class PreRetrieval:
         if step.get("instruction"):
             text = f"{step['instruction']}{data['question']}"
         data["query_embedding"] = _vectors(self._embedders[index], [clean_text(text) or text])[0]
+        parts = data.get("sub_queries") or []
+        if len(parts) > 1:  # each sub-question is searched with its own vector
+            prefix = step.get("instruction") or ""
+            texts = [f"{prefix}{part}" for part in parts]
+            data["sub_query_embeddings"] = _vectors(
+                self._embedders[index], [clean_text(t) or t for t in texts]
+            )
         return data
 
     def _optimize(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
@@ -233,8 +247,10 @@ class PreRetrieval:
             except ChatError as exc:
                 data.setdefault("pre_retrieval_errors", []).append(f"decompose: {exc}")
         if parts is None:
-            parts = [p.strip(" ，,。.") for p in _SPLIT.split(question) if p and p.strip(" ，,。.")]
-        data["sub_queries"] = (parts or [question])[:limit]
+            pieces = (_LEADING.sub("", piece).strip(" ，,。.") for piece in _SPLIT.split(question))
+            parts = [piece for piece in pieces if piece]
+        # a question that does not split stays as it was asked
+        data["sub_queries"] = parts[:limit] if len(parts) > 1 else [question]
         return data
 
     def _route(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:

@@ -15,11 +15,12 @@ def search(body: SearchIn, memory: Caller) -> SearchOut:
     """Hybrid search in the caller's tenant; deleted and expired memory never returned.
 
     With ``hints`` (``{"strategies": [...], "params": {...}}``) the hierarchical service
-    reads the tiers they ask for (STM, MTM, LTM); the hints applied are echoed.
+    reads the tiers they ask for (STM, MTM, LTM); the hints applied are echoed. ``mode``,
+    ``granularity`` and ``min_score`` apply to the dialogue tier either way.
     """
     if body.hints is not None:
         hints = body.hints.model_dump(mode="json", exclude_unset=True)
-        result = memory.retrieve(body.query_text, hints, filters=body.filters, top_k=body.top_k)
+        result = memory.retrieve(body.query_text, hints, **body.options())
         return SearchOut(hits=result.hits, hints=result.hints)
     hits = memory.search(body.query_text, **body.options())
     return SearchOut(hits=hits, hints=None)
