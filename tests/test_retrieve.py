@@ -20,6 +20,7 @@ from convmem.errors import InvalidInputError
 from convmem.models import Hit
 from convmem.retrieve import PreRetrieval, Router, build_pipeline
 from convmem.retrieve.hierarchy import RetrievalResult, merge_results
+from convmem.text import split_questions
 from helpers import make_turns
 
 
@@ -479,3 +480,34 @@ def test_the_embedding_step_embeds_the_question_through_the_query_side() -> None
         {"question": "护照哪天过期"}
     )
     assert out["query_embedding"] == [0.0, 1.0]  # the query side, normalised
+
+
+def test_split_questions_splits_asked_parts_and_keeps_windows_whole() -> None:
+    assert split_questions("护照哪天过期？酒店在哪") == ["护照哪天过期", "酒店在哪"]
+    assert split_questions("护照哪天过期\n酒店在哪") == ["护照哪天过期", "酒店在哪"]
+    window = "用户：护照哪天过期？\n助手：明年三月。\n用户：还有酒店在哪？"
+    assert split_questions(window) == [window]
+    assert split_questions("护照哪天过期？") == ["护照哪天过期？"]
+    assert len(split_questions("一？二？三？四？五？六")) == 4
+
+
+def test_search_takes_a_question_that_asks_two_things_part_by_part(filled: Memory) -> None:
+    question = "我的护照什么时候过期？还有我对什么过敏"
+    scope = {"conversation_id": "c"}
+    hits = filled.search(question, top_k=2, filters=scope)
+    assert {tuple(hit.metadata["turn_range"]) for hit in hits} == {(4, 4), (6, 6)}
+    assert {hit.metadata["sub_query"] for hit in hits} == {"我的护照什么时候过期", "我对什么过敏"}
+    whole = filled.search(question, top_k=2, filters=scope, decompose=False)
+    assert whole and all("sub_query" not in hit.metadata for hit in whole)
+    # a dialogue window is one query; a precomputed vector is the whole question's
+    window = "用户：护照什么时候过期？\n助手：明年三月。\n用户：还有我对什么过敏？"
+    assert all("sub_query" not in hit.metadata for hit in filled.search(window, filters=scope))
+    vector = filled.embed_query(question)
+    kept = filled.search(question, filters=scope, query_vector=vector)
+    assert all("sub_query" not in hit.metadata for hit in kept)
+    # a part about nothing remembered gives nothing; the other keeps its evidence
+    half = filled.search("秘鲁的首都是哪里？还有我对什么过敏", filters=scope)
+    assert half and {hit.metadata["sub_query"] for hit in half} == {"我对什么过敏"}
+    # deleted evidence stays deleted through every part
+    filled.delete("c", turn_range=(6, 6))
+    assert not any("花生" in hit.text for hit in filled.search(question, filters=scope))

@@ -96,6 +96,7 @@ class _Requests:
         hints: Mapping[str, Any] | None = None,
         granularity: str | None = None,
         min_score: float | None = None,
+        decompose: bool | None = None,
     ) -> _Call:
         body = {"query_text": query_text, "top_k": top_k, "filters": filters, "mode": mode}
         if hints is not None:
@@ -104,6 +105,8 @@ class _Requests:
             body["granularity"] = granularity
         if min_score is not None:
             body["min_score"] = min_score
+        if decompose is not None:
+            body["decompose"] = decompose
         return _Call(
             "POST",
             "/v1/search",

@@ -246,6 +246,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         hints: Mapping[str, Any] | None = None,
         granularity: str = "turn",
         min_score: float = DEFAULT_MIN_SCORE,
+        decompose: bool = True,
     ) -> list[Hit]:
         """Hybrid search: vector and BM25 candidates under the filters, fused.
 
@@ -266,6 +267,11 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                 scale for every query; the fused ranking score is ``metadata["rank_score"]``);
                 hits below ``min_score`` are dropped, so a question with nothing relevant in
                 memory returns no hits. Default ``DEFAULT_MIN_SCORE`` (0.3); 0 keeps all.
+            decompose: a question that asks several things ("护照哪天过期？还有我对什么过敏")
+                is searched part by part and the parts' hits interleaved, so each part keeps
+                its evidence; each hit names its part in ``metadata["sub_query"]``. Parts
+                are split by rule (:func:`convmem.text.split_questions`); False searches the
+                text as one question.
 
         Raises:
             InvalidInputError / FilterError: empty query, bad ``top_k``, mode or filters.
@@ -284,6 +290,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                 mode=mode,
                 granularity=granularity,
                 min_score=min_score,
+                decompose=decompose,
             ).hits
         request = SearchRequest(
             tenant=self._tenant,
@@ -295,6 +302,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             candidates=candidates,
             granularity=granularity,
             min_score=min_score,
+            decompose=decompose,
         )
         return self._engine.searcher.search(request)
 
@@ -315,11 +323,12 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         mode: str = "hybrid",
         granularity: str = "turn",
         min_score: float = DEFAULT_MIN_SCORE,
+        decompose: bool = True,
     ) -> RetrievalResult:
         """Search the tiers the hints ask for; the result also echoes the hints applied.
 
-        ``mode``, ``granularity`` and ``min_score`` apply to the dialogue tier as in
-        :meth:`search`.
+        ``mode``, ``granularity``, ``min_score`` and ``decompose`` apply to the dialogue
+        tier as in :meth:`search`.
         """
         return self.hierarchy().retrieve(
             query_text,
@@ -330,6 +339,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             mode=mode,
             granularity=granularity,
             min_score=min_score,
+            decompose=decompose,
         )
 
     def embed_query(self, text: str) -> list[float]:

@@ -24,6 +24,7 @@ from convmem.errors import InvalidInputError
 from convmem.governance import Note
 from convmem.models import Hit
 from convmem.retrieve.calibration import DEFAULT_MIN_SCORE, specific_terms
+from convmem.retrieve.fusion import evidence_key, interleave
 from convmem.retrieve.request import Searcher, SearchRequest
 from convmem.retrieve.routing import STRATEGIES
 from convmem.text import bm25, tokenize
@@ -86,40 +87,15 @@ class RetrievalResult:
         return {"hits": [hit.model_dump(mode="json") for hit in self.hits], "hints": self.hints}
 
 
-def _evidence_key(hit: Hit) -> tuple[Any, ...]:
-    """The turns a dialogue hit (recent turn, turn or chunk) names, else the note's id."""
-    span = hit.metadata.get("turn_range")
-    if span is None or hit.tier == "LTM":
-        return ("note", hit.chunk_id)
-    return (hit.metadata.get("conversation_id"), tuple(span))
-
-
 def merge_results(
     queries: Sequence[str], results: Sequence[RetrievalResult], top_k: int
 ) -> RetrievalResult:
-    """One result for several sub-questions of one question, each already searched.
-
-    Round by round, each sub-question gives its next best hit not yet taken (the one whose
-    best hit scores higher goes first), so every part of "A, and also B" keeps its evidence
-    in the first ``top_k``, which one ranking of the whole question does not promise: the
-    part with more words in common with the memory fills the list. A sub-question with
-    nothing relevant gives nothing. Each hit names the sub-question that found it in
-    ``metadata["sub_query"]``.
-    """
-    pending = [(query, list(result.hits)) for query, result in zip(queries, results, strict=True)]
-    pending.sort(key=lambda item: -item[1][0].score if item[1] else 0.0)
-    hits: list[Hit] = []
-    seen: set[tuple[Any, ...]] = set()
-    while len(hits) < top_k and any(rest for _, rest in pending):
-        for query, rest in pending:
-            while rest and _evidence_key(rest[0]) in seen:
-                rest.pop(0)
-            if rest and len(hits) < top_k:
-                hit = rest.pop(0)
-                seen.add(_evidence_key(hit))
-                hits.append(
-                    hit.model_copy(update={"metadata": {**hit.metadata, "sub_query": query}})
-                )
+    """One result for several parts of one question, each already retrieved: their hits
+    interleaved (:func:`~convmem.retrieve.fusion.interleave`), the first part's hints with
+    ``sub_queries``: how many hits each part found."""
+    hits = interleave(
+        [(query, result.hits) for query, result in zip(queries, results, strict=True)], top_k
+    )
     hints = dict(results[0].hints) if results else {}
     hints["sub_queries"] = [
         {"query": query, "hits": len(result.hits)}
@@ -196,11 +172,12 @@ class HierarchicalMemoryService:
         mode: str = "hybrid",
         granularity: str = "turn",
         min_score: float | None = DEFAULT_MIN_SCORE,
+        decompose: bool = True,
     ) -> RetrievalResult:
         """The hits of the tiers the hints ask for, best first.
 
-        ``mode``, ``granularity`` and ``min_score`` are the dialogue tier's (MTM), as in
-        ``Memory.search``: by default each hit is one evidence turn with its chunk as
+        ``mode``, ``granularity``, ``min_score`` and ``decompose`` are the dialogue tier's
+        (MTM), as in ``Memory.search``: by default each hit is one evidence turn with its chunk as
         context, and hits under the calibrated ``min_score`` are dropped, so a question
         with nothing relevant gets no dialogue hits on this path either.
         """
@@ -228,6 +205,7 @@ class HierarchicalMemoryService:
                 mode=mode,
                 granularity=granularity,
                 min_score=min_score,
+                decompose=decompose,
             )
             scored += [
                 (hit.score * weights["MTM"], 1, hit) for hit in self.searcher.search(request)
@@ -254,8 +232,8 @@ class HierarchicalMemoryService:
         for _, _, hit in scored:  # a turn both tiers found is one piece of evidence
             if len(hits) == top_k:
                 break
-            if _evidence_key(hit) not in taken:
-                taken.add(_evidence_key(hit))
+            if evidence_key(hit) not in taken:
+                taken.add(evidence_key(hit))
                 hits.append(hit)
         return RetrievalResult(hits=hits, hints=applied)
 

@@ -40,7 +40,7 @@ from convmem.embed import Embedder, resolve_embedder
 from convmem.embed.base import embed_query, normalise_rows
 from convmem.errors import InvalidInputError
 from convmem.retrieve.routing import Router
-from convmem.text import clean_text, keywords, words
+from convmem.text import clean_text, keywords, split_questions, words
 
 __all__ = ["ACTIONS", "PreRetrieval"]
 
@@ -53,12 +53,6 @@ _FILLER = re.compile(
 )
 _SPEAKER = re.compile(r"^\s*<?([^<>:：\n]{1,32}?)>?\s*[:：]\s*(.+)$")
 ASSISTANT_ROLES = frozenset({"assistant", "ai", "bot", "agent", "助手", "助理", "system"})
-# a conjunction joins two questions only after a comma or a question mark ("A？还有B",
-# "A，以及B", "A, also B") or as "and also": inside a clause 还有 / also are ordinary
-# words ("我还有几天假", "helping the planet while also training the body")
-_CONJUNCTION = r"(?:还有|以及|另外|并且|而且|also|as well as)"
-_SPLIT = re.compile(rf"[？?；;]|[，,]\s*{_CONJUNCTION}\s*|\s+and also\s+", re.IGNORECASE)
-_LEADING = re.compile(rf"^\s*{_CONJUNCTION}\s*", re.IGNORECASE)
 
 
 def _embedder(spec: Any) -> Any:
@@ -247,8 +241,7 @@ class PreRetrieval:
             except ChatError as exc:
                 data.setdefault("pre_retrieval_errors", []).append(f"decompose: {exc}")
         if parts is None:
-            pieces = (_LEADING.sub("", piece).strip(" ，,。.") for piece in _SPLIT.split(question))
-            parts = [piece for piece in pieces if piece]
+            parts = split_questions(question, limit)
         # a question that does not split stays as it was asked
         data["sub_queries"] = parts[:limit] if len(parts) > 1 else [question]
         return data

@@ -34,6 +34,10 @@ class SearchRequest:
         min_score: None (default): hits keep their fused ranking score; a number: each
             hit's score is its calibrated relevance (:mod:`convmem.retrieve.calibration`)
             and hits below the number are dropped (0 keeps every hit).
+        decompose: search each part of a question that asks several things ("A？还有B",
+            :func:`~convmem.text.split_questions`) on its own and interleave their hits
+            (default False here; ``Memory.search`` asks for it). Not with ``query_vector``,
+            which is the whole question's.
     """
 
     tenant: str
@@ -45,6 +49,7 @@ class SearchRequest:
     candidates: int | None = None
     granularity: str = "chunk"
     min_score: float | None = None
+    decompose: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.query_text, str) or not self.query_text.strip():

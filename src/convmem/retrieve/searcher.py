@@ -15,6 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -34,14 +35,14 @@ from convmem.retrieve.calibration import (
     unknown_name,
 )
 from convmem.retrieve.evidence import chunk_evidence, named, turn_hits, without_names
-from convmem.retrieve.fusion import FUSIONS, diverse, fuse
+from convmem.retrieve.fusion import FUSIONS, diverse, fuse, interleave
 from convmem.retrieve.preretrieval import dialogue_vector
 from convmem.retrieve.ranker import Ranker, ranker_for
 from convmem.retrieve.request import GRANULARITIES, SearchRequest
 from convmem.store import SQLStore, parse_filters
 from convmem.store.ann import AnnIndex
 from convmem.store.filters import FilterSpec
-from convmem.text import clean_text, tokenize
+from convmem.text import DIALOGUE_LINES, clean_text, is_window, split_questions, tokenize
 
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
@@ -49,14 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["DIALOGUE_LINES", "HybridSearcher", "is_window"]
 
 # A query of this many lines or more is a dialogue window (see HybridSearcher._embed_query).
-DIALOGUE_LINES = 3
-
-
-def is_window(query: str) -> bool:
-    """Whether a query is a dialogue window (``DIALOGUE_LINES`` or more non-empty lines),
-    not a question."""
-    return sum(1 for line in query.splitlines() if line.strip()) >= DIALOGUE_LINES
-
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +97,27 @@ class HybridSearcher:
         self.ranker: Ranker | None = ranker_for(embedding.model_id)
 
     def search(self, request: SearchRequest) -> list[Hit]:
-        """Hits for one request, best first. Raises InvalidInputError / FilterError."""
+        """Hits for one request, best first. Raises InvalidInputError / FilterError.
+
+        With ``request.decompose``, a question that asks several things
+        (:func:`~convmem.text.split_questions`: "A？还有B") is searched part by part and
+        the parts' hits interleaved (:func:`~convmem.retrieve.fusion.interleave`); each
+        hit names its part in ``metadata["sub_query"]``.
+        """
+        parts = (
+            split_questions(request.query_text)
+            if request.decompose and request.query_vector is None
+            else []
+        )
+        if len(parts) < 2:
+            return self._search(request)
+        ranked = [
+            (part, self._search(replace(request, query_text=part, decompose=False)))
+            for part in parts
+        ]
+        return interleave(ranked, request.top_k)
+
+    def _search(self, request: SearchRequest) -> list[Hit]:
         spec = parse_filters(request.filters, tenant=request.tenant)
         mode = request.mode
         vector = self._query_vector(request, spec)

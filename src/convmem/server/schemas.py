@@ -166,6 +166,12 @@ class SearchIn(_Strict):
         description="drop hits whose calibrated score (the same scale for every query) is "
         "below this; with nothing relevant in memory the search returns no hits. 0 keeps all",
     )
+    decompose: bool = Field(
+        default=True,
+        description="search each part of a question that asks several things "
+        "('A？还有B', 'A, and also B') on its own and interleave their hits; false searches "
+        "the text as one question",
+    )
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of ``Memory.search`` this body asks for."""
@@ -175,6 +181,7 @@ class SearchIn(_Strict):
             "mode": self.mode,
             "granularity": self.granularity,
             "min_score": self.min_score,
+            "decompose": self.decompose,
         }
 
 
