@@ -40,6 +40,12 @@ def test_ingest_search_delete_purge_stats(
     code, out, _ = _run(capsys, *base, "search", "猫叫什么", "--json", "--top-k", "1")
     hits = json.loads(out)
     assert code == 0 and "年糕" in hits[0]["text"]
+    # a question that asks two things: part by part by default, whole with --whole
+    code, out, _ = _run(capsys, *base, "search", "猫叫什么？还有我在学什么", "--json")
+    parts = {hit["metadata"].get("sub_query") for hit in json.loads(out)}
+    assert code == 0 and parts == {"猫叫什么", "我在学什么"}
+    code, out, _ = _run(capsys, *base, "search", "猫叫什么？还有我在学什么", "--json", "--whole")
+    assert code == 0 and all("sub_query" not in hit["metadata"] for hit in json.loads(out))
     code, out, _ = _run(capsys, *base, "delete", "c1", "--turns", "0-1")
     assert code == 0 and json.loads(out)["turns_deleted"] == 2
     code, out, _ = _run(capsys, *base, "search", "年糕", "--json")

@@ -93,6 +93,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             filters=filters or None,
             granularity=args.granularity,
             min_score=args.min_score,
+            decompose=not args.whole,
         )
         if not hits and not quiet(args):
             print(
@@ -223,6 +224,12 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         choices=["turn", "chunk"],
         default="turn",
         help="turn: evidence turns with their chunk as context (default); chunk: whole chunks",
+    )
+    search.add_argument(
+        "--whole",
+        action="store_true",
+        help="search the text as one question (by default a question that asks several "
+        "things, 'A？还有B', is searched part by part)",
     )
     search.set_defaults(func=cmd_search)
 
