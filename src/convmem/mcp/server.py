@@ -91,7 +91,9 @@ def _memory_tools(server: MCPServer, memory: Memory) -> None:
 
         Each hit is one evidence turn (its chunk in ``context``); ``score`` is calibrated
         (0-1, the same scale for every query) and hits under ``min_score`` are dropped, so
-        an empty list means nothing relevant is remembered.
+        an empty list means nothing relevant is remembered. A question that asks several
+        things ("A? And also B") is searched part by part; each hit names its part in
+        ``metadata.sub_query``.
         """
         body = _parse(
             SearchIn,
