@@ -20,6 +20,7 @@ every turn of the conversation is the baseline. Two splits, ``dev`` (tuned on) a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import re
@@ -27,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -168,18 +170,25 @@ def _hit_turns(hits: list[Any]) -> list[list[int]]:
     ]
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    chats = [json.loads(line) for line in DATA_FILE.read_text(encoding="utf-8").splitlines()]
-    report: dict[str, Any] = {"embedder": args.embedder, "splits": {}}
+@contextlib.contextmanager
+def filled_memory(embedder: str, chats: list[dict[str, Any]]) -> Iterator[Memory]:
+    """A memory in a temporary folder holding every chat, indexed."""
     with (
         tempfile.TemporaryDirectory() as folder,
         Memory.open(
-            str(Path(folder) / "facts.db"), embedder=resolve_embedder(args.embedder), workers=1
+            str(Path(folder) / "facts.db"), embedder=resolve_embedder(embedder), workers=1
         ) as memory,
     ):
         for chat in chats:
             memory.add_turns(chat["conversation_id"], chat["turns"])
         memory.flush(timeout=600)
+        yield memory
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    chats = [json.loads(line) for line in DATA_FILE.read_text(encoding="utf-8").splitlines()]
+    report: dict[str, Any] = {"embedder": args.embedder, "splits": {}}
+    with filled_memory(args.embedder, chats) as memory:
         for split in SPLITS:
             rows: dict[str, dict[int, list[float]]] = {}
             nothing: dict[str, list[int]] = {}
@@ -255,29 +264,12 @@ def compound_questions(chat: dict[str, Any]) -> list[tuple[str, set[int], set[in
     return out
 
 
-def _turns_of(hits: list[Any]) -> list[list[int]]:
-    return [
-        list(range(hit.metadata["turn_range"][0], hit.metadata["turn_range"][1] + 1))
-        if hit.metadata.get("turn_range") and hit.tier != "LTM"
-        else []
-        for hit in hits
-    ]
-
-
 def run_compound(args: argparse.Namespace) -> dict[str, Any]:
     """Two questions in one: searched whole, and part by part (``decompose``, the default
     of ``Memory.search``), on the same memory at the default ``min_score``."""
     chats = [json.loads(line) for line in DATA_FILE.read_text(encoding="utf-8").splitlines()]
     report: dict[str, Any] = {"embedder": args.embedder, "top_k": args.top_k, "splits": {}}
-    with (
-        tempfile.TemporaryDirectory() as folder,
-        Memory.open(
-            str(Path(folder) / "facts.db"), embedder=resolve_embedder(args.embedder), workers=1
-        ) as memory,
-    ):
-        for chat in chats:
-            memory.add_turns(chat["conversation_id"], chat["turns"])
-        memory.flush(timeout=600)
+    with filled_memory(args.embedder, chats) as memory:
         for split in SPLITS:
             rows: dict[str, dict[str, list[float]]] = {}
             for chat in (c for c in chats if c["split"] == split):
@@ -285,7 +277,7 @@ def run_compound(args: argparse.Namespace) -> dict[str, Any]:
                 for text, first, second in compound_questions(chat):
                     for name, decompose in (("whole question", False), ("decompose", True)):
                         hits = memory.search(text, args.top_k, scope, decompose=decompose)
-                        turns = _turns_of(hits)
+                        turns = _hit_turns(hits)
                         row = rows.setdefault(name, {})
                         for k in (5, 10):
                             a = recall_at(turns, first, k)[0]
