@@ -511,3 +511,20 @@ def test_search_takes_a_question_that_asks_two_things_part_by_part(filled: Memor
     # deleted evidence stays deleted through every part
     filled.delete("c", turn_range=(6, 6))
     assert not any("花生" in hit.text for hit in filled.search(question, filters=scope))
+
+
+def test_hinted_retrieval_takes_each_part_through_every_tier(filled: Memory) -> None:
+    service = filled.hierarchy()
+    scope = {"conversation_id": "c"}
+    question = "我对什么过敏？还有我喜欢什么座位"
+    result = service.retrieve(question, filters=scope, hints={"strategies": ["deep_search"]})
+    assert [part["query"] for part in result.hints["sub_queries"]] == [
+        "我对什么过敏",
+        "我喜欢什么座位",
+    ]
+    found = {(hit.metadata["sub_query"], hit.tier) for hit in result.hits}
+    assert ("我对什么过敏", "LTM") in found  # the pinned allergy note, found by its own part
+    texts = {hit.metadata["sub_query"]: hit.text for hit in reversed(result.hits)}
+    assert "花生" in texts["我对什么过敏"] and "靠窗" in texts["我喜欢什么座位"]
+    whole = service.retrieve(question, filters=scope, decompose=False)
+    assert "sub_queries" not in whole.hints

@@ -27,7 +27,7 @@ from convmem.retrieve.calibration import DEFAULT_MIN_SCORE, specific_terms
 from convmem.retrieve.fusion import evidence_key, interleave
 from convmem.retrieve.request import Searcher, SearchRequest
 from convmem.retrieve.routing import STRATEGIES
-from convmem.text import bm25, tokenize
+from convmem.text import bm25, split_questions, tokenize
 
 __all__ = [
     "HierarchicalMemoryService",
@@ -176,13 +176,32 @@ class HierarchicalMemoryService:
     ) -> RetrievalResult:
         """The hits of the tiers the hints ask for, best first.
 
-        ``mode``, ``granularity``, ``min_score`` and ``decompose`` are the dialogue tier's
-        (MTM), as in ``Memory.search``: by default each hit is one evidence turn with its chunk as
+        ``mode``, ``granularity`` and ``min_score`` are the dialogue tier's (MTM), as in
+        ``Memory.search``: by default each hit is one evidence turn with its chunk as
         context, and hits under the calibrated ``min_score`` are dropped, so a question
-        with nothing relevant gets no dialogue hits on this path either.
+        with nothing relevant gets no dialogue hits on this path either. With
+        ``decompose``, a question that asks several things is retrieved part by part, every
+        tier, and the parts merged (:func:`merge_results`).
         """
         strategies, params = _strategies(hints)
         top_k = _int_param(params, "top_k", top_k, 1, 1000)
+        parts = split_questions(query) if decompose and vector is None else [query]
+        if len(parts) > 1:
+            results = [
+                self.retrieve(
+                    part,
+                    None,
+                    hints,
+                    filters,
+                    top_k,
+                    mode=mode,
+                    granularity=granularity,
+                    min_score=min_score,
+                    decompose=False,
+                )
+                for part in parts
+            ]
+            return merge_results(parts, results, top_k)
         weights = _tiers(strategies, params)
         multiplier = _int_param(
             params, "candidates_multiplier", 3 if "deep_search" in strategies else 1, 1, 10
@@ -205,7 +224,6 @@ class HierarchicalMemoryService:
                 mode=mode,
                 granularity=granularity,
                 min_score=min_score,
-                decompose=decompose,
             )
             scored += [
                 (hit.score * weights["MTM"], 1, hit) for hit in self.searcher.search(request)
