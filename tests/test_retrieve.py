@@ -489,6 +489,16 @@ def test_split_questions_splits_asked_parts_and_keeps_windows_whole() -> None:
     assert split_questions(window) == [window]
     assert split_questions("护照哪天过期？") == ["护照哪天过期？"]
     assert len(split_questions("一？二？三？四？五？六")) == 4
+    # 还有 also joins two statements: it splits only before a part that asks something
+    # or names whose thing it is
+    assert split_questions("我明天要去北京，还有点紧张") == ["我明天要去北京，还有点紧张"]
+    assert split_questions("我什么时候去复诊，还有我的电话号码") == [
+        "我什么时候去复诊",
+        "我的电话号码",
+    ]
+    assert split_questions("I went to Paris, also Rome") == ["I went to Paris, also Rome"]
+    # quotes and punctuation left over by a split are no part
+    assert split_questions("他问：“你是谁？”") == ["他问：“你是谁？”"]
 
 
 def test_search_takes_a_question_that_asks_two_things_part_by_part(filled: Memory) -> None:

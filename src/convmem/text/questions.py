@@ -8,13 +8,25 @@ __all__ = ["DIALOGUE_LINES", "MAX_PARTS", "is_window", "split_questions"]
 
 DIALOGUE_LINES = 3
 MAX_PARTS = 4
-# a conjunction joins two questions only after a comma or a question mark ("A？还有B",
-# "A，以及B", "A, also B") or as "and also": inside a clause 还有 / also are ordinary
-# words ("我还有几天假", "helping the planet while also training the body")
+# a conjunction joins two questions only after a comma ("A，以及B", "A, also B") or as
+# "and also": inside a clause 还有 / also are ordinary words ("我还有几天假", "helping the
+# planet while also training the body"). 还有, 并且, 而且 and a bare "also" also join two
+# statements ("我明天去北京，还有点紧张"), so after them the next part must ask something
+# or name whose thing it is ("，还有我的电话号码")
 _CONJUNCTION = r"(?:还有|以及|另外|并且|而且|also|as well as)"
-_SPLIT = re.compile(rf"[？?；;\n]|[，,]\s*{_CONJUNCTION}\s*|\s+and also\s+", re.IGNORECASE)
+_AMBIGUOUS = re.compile(r"^[，,]\s*(?:还有|并且|而且|also)\s*$", re.IGNORECASE)
+_HARD = re.compile(r"[？?；;\n]")
+_SOFT = re.compile(rf"[，,]\s*{_CONJUNCTION}\s*|\s+and also\s+", re.IGNORECASE)
 _LEADING = re.compile(rf"^\s*{_CONJUNCTION}\s*", re.IGNORECASE)
-_TRIM = " ，,。."
+_ASKS = re.compile(
+    r"什么|啥|哪|谁|几|多少|怎么|怎样|如何|为什么|为何|吗|呢|是否|有没有|是不是|"
+    r"^(?:我|我们|你|你们|他|她|他们)的|"
+    r"\b(?:what|when|where|who|whom|whose|which|why|how|is|are|was|were|do|does|did|"
+    r"can|could|will|would|should|have|has)\b|^(?:my|our|your|his|her|their)\b",
+    re.IGNORECASE,
+)
+_WORD = re.compile(r"\w")
+_TRIM = " ，,。.、“”\"'「」：:"
 
 
 def is_window(query: str) -> bool:
@@ -23,15 +35,43 @@ def is_window(query: str) -> bool:
     return sum(1 for line in query.splitlines() if line.strip()) >= DIALOGUE_LINES
 
 
+def _asks(text: str) -> bool:
+    return _ASKS.search(text) is not None
+
+
+def _at_conjunctions(piece: str) -> list[str]:
+    """``piece`` cut at each conjunction that joins two questions."""
+    cuts = list(_SOFT.finditer(piece))
+    parts: list[str] = []
+    start = 0
+    for index, cut in enumerate(cuts):
+        end = cuts[index + 1].start() if index + 1 < len(cuts) else len(piece)
+        if not _AMBIGUOUS.match(cut.group()) or _asks(piece[cut.end() : end]):
+            parts.append(piece[start : cut.start()])
+            start = cut.end()
+    parts.append(piece[start:])
+    return parts
+
+
+def _without_leading(piece: str) -> str:
+    rest = _LEADING.sub("", piece)
+    return rest if rest != piece and _asks(rest) else piece
+
+
 def split_questions(text: str, limit: int = MAX_PARTS) -> list[str]:
     """The parts of a question that asks several things, at most ``limit``: split at
-    question marks, semicolons, line breaks, a conjunction after a comma, and "and also".
+    question marks, semicolons and line breaks, and at a conjunction after a comma or
+    "and also" (after 还有, 并且, 而且 or "also" only when the next part asks something).
 
     A text that does not split, or a dialogue window (:func:`is_window`: one query, not
     several questions), comes back whole as ``[text]``.
     """
     if is_window(text):
         return [text]
-    pieces = (_LEADING.sub("", piece).strip(_TRIM) for piece in _SPLIT.split(text))
-    parts = [piece for piece in pieces if piece]
+    parts = [
+        _without_leading(part).strip(_TRIM)
+        for piece in _HARD.split(text)
+        for part in _at_conjunctions(piece)
+    ]
+    parts = [part for part in parts if _WORD.search(part)]
     return parts[:limit] if len(parts) > 1 else [text]
