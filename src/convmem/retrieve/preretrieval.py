@@ -40,17 +40,12 @@ from convmem.embed import Embedder, resolve_embedder
 from convmem.embed.base import embed_query, normalise_rows
 from convmem.errors import InvalidInputError
 from convmem.retrieve.routing import Router
-from convmem.text import clean_text, keywords, split_questions, words
+from convmem.text import clean_text, keywords, split_questions, without_recall_frame, words
 
 __all__ = ["ACTIONS", "PreRetrieval"]
 
 ACTIONS = ("none", "embedding", "optimize", "multi_embed", "decompose", "route", "validate")
 
-_FILLER = re.compile(
-    r"^(请问|你还记得|还记得|你记得|记不记得|我想知道|帮我查一下|帮我想想|"
-    r"do you remember|can you remember|can you tell me|please tell me|i want to know)[，,\s]*",
-    re.IGNORECASE,
-)
 _SPEAKER = re.compile(r"^\s*<?([^<>:：\n]{1,32}?)>?\s*[:：]\s*(.+)$")
 ASSISTANT_ROLES = frozenset({"assistant", "ai", "bot", "agent", "助手", "助理", "system"})
 
@@ -149,7 +144,7 @@ class PreRetrieval:
                 except ChatError as exc:
                     data.setdefault("pre_retrieval_errors", []).append(f"optimize: {exc}")
             if rewritten is None:
-                rewritten = _FILLER.sub("", question.strip()) or question
+                rewritten = without_recall_frame(question.strip())
             if rewritten != question:
                 data["original_question"] = question
                 data["question"] = question = rewritten

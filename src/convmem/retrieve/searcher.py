@@ -42,7 +42,14 @@ from convmem.retrieve.request import GRANULARITIES, SearchRequest
 from convmem.store import SQLStore, parse_filters
 from convmem.store.ann import AnnIndex
 from convmem.store.filters import FilterSpec
-from convmem.text import DIALOGUE_LINES, clean_text, is_window, split_questions, tokenize
+from convmem.text import (
+    DIALOGUE_LINES,
+    clean_text,
+    is_window,
+    split_questions,
+    tokenize,
+    without_recall_frame,
+)
 
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
@@ -99,6 +106,8 @@ class HybridSearcher:
     def search(self, request: SearchRequest) -> list[Hit]:
         """Hits for one request, best first. Raises InvalidInputError / FilterError.
 
+        A one-line question is searched without its recall frame
+        (:func:`~convmem.text.without_recall_frame`: "你还记得…吗", "do you remember…").
         With ``request.decompose``, a question that asks several things
         (:func:`~convmem.text.split_questions`: "A？还有B") is searched part by part and
         the parts' hits interleaved (:func:`~convmem.retrieve.fusion.interleave`); each
@@ -118,6 +127,10 @@ class HybridSearcher:
         return interleave(ranked, request.top_k)
 
     def _search(self, request: SearchRequest) -> list[Hit]:
+        asked = request.query_text
+        if not is_window(asked) and without_recall_frame(asked) != asked:
+            # "你还记得…吗": the frame is no part of what is asked
+            request = replace(request, query_text=without_recall_frame(asked))
         spec = parse_filters(request.filters, tenant=request.tenant)
         mode = request.mode
         vector = self._query_vector(request, spec)

@@ -2,8 +2,16 @@
 
 from convmem.text import bm25, segment
 from convmem.text.clean import clean_text, is_mostly_cjk
-from convmem.text.questions import DIALOGUE_LINES, is_window, split_questions
+from convmem.text.questions import DIALOGUE_LINES, is_window, split_questions, without_recall_frame
 from convmem.text.segment import *  # noqa: F403 (the names in segment.__all__)
 
-__all__ = ["DIALOGUE_LINES", "bm25", "clean_text", "is_mostly_cjk", "is_window", "split_questions"]
+__all__ = [
+    "DIALOGUE_LINES",
+    "bm25",
+    "clean_text",
+    "is_mostly_cjk",
+    "is_window",
+    "split_questions",
+    "without_recall_frame",
+]
 __all__ += segment.__all__  # the tokenizer's names, listed once in segment.py

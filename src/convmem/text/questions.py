@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["DIALOGUE_LINES", "MAX_PARTS", "is_window", "split_questions"]
+__all__ = ["DIALOGUE_LINES", "MAX_PARTS", "is_window", "split_questions", "without_recall_frame"]
 
 DIALOGUE_LINES = 3
 MAX_PARTS = 4
@@ -27,6 +27,29 @@ _ASKS = re.compile(
 )
 _WORD = re.compile(r"\w")
 _TRIM = " ，,。.、“”\"'「」：:"
+
+
+# "你还记得…吗", "do you remember…": how a question to a memory is often framed; the frame
+# is no part of what is asked (its words match lines like 记得带伞, and pull the vector)
+_RECALL_FRAME = re.compile(
+    r"^\s*(?:请问|你还记得|你还知道|你记不记得|你记得|还记得|记不记得|你知道|我想知道|"
+    r"告诉我|帮我查一下|帮我查查|帮我想想|帮我回忆一下|"
+    r"do you (?:still )?remember|can you remember|do you know|can you tell me|"
+    r"could you tell me|please tell me|tell me|i want to know)[，,:：\s]*",
+    re.IGNORECASE,
+)
+_FRAME_END = re.compile(r"(?:吗|么|不|没有)?\s*([？?。.!！]*)\s*$")
+
+
+def without_recall_frame(question: str) -> str:
+    """The question without a recall frame around it: "你还记得我护照哪天过期吗？" →
+    "我护照哪天过期？", "Do you remember where I parked?" → "where I parked?". A question
+    without one, or with nothing else, comes back as it was."""
+    rest = _RECALL_FRAME.sub("", question, count=1)
+    if rest == question:
+        return question
+    rest = _FRAME_END.sub(lambda match: match.group(1), rest).strip()
+    return rest if _WORD.search(rest) else question
 
 
 def is_window(query: str) -> bool:
