@@ -486,6 +486,7 @@ def test_without_recall_frame_keeps_only_what_is_asked() -> None:
     assert without_recall_frame("你还记得我护照哪天过期吗？") == "我护照哪天过期？"
     assert without_recall_frame("你知道我对什么过敏吗") == "我对什么过敏"
     assert without_recall_frame("Do you remember where I parked?") == "where I parked?"
+    assert without_recall_frame("你知道我叫什么") == "我叫什么"  # 什么 keeps its 么
     for unchanged in ("我护照哪天过期？", "记得带伞", "你还记得吗？", "请问"):
         assert without_recall_frame(unchanged) == unchanged
 

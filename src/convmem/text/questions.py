@@ -1,4 +1,5 @@
-"""Splitting a question that asks several things into its parts, by rule."""
+"""A question as asked, by rule: its parts when it asks several things, without the
+recall frame around it ("你还记得…吗"), and whether it is a dialogue window instead."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ _RECALL_FRAME = re.compile(
     r"could you tell me|please tell me|tell me|i want to know)[，,:：\s]*",
     re.IGNORECASE,
 )
-_FRAME_END = re.compile(r"(?:吗|么|不|没有)?\s*([？?。.!！]*)\s*$")
+# the frame's closing particle ("…吗？"); not 么 or 不, which end 什么 and 要不要
+_FRAME_END = re.compile(r"吗?\s*([？?。.!！]*)\s*$")
 
 
 def without_recall_frame(question: str) -> str:
