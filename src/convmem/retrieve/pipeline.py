@@ -73,37 +73,37 @@ class MemoryRetrieval:
         filters = dict(self.filters or {})
         filters.update(data.get("filters") or {})
         top_k = int(data.get("top_k", self.top_k))
-        hints = data.get("retrieval_hints")
         queries = _queries(data)
-        if len(queries) < 2:
-            result = self.service.retrieve(
-                data["question"],
-                vector=data.get("query_embedding"),
-                hints=hints,
+        vectors = _vectors(data, queries)
+        results = [
+            self.service.retrieve(
+                query,
+                vector=vector,
+                hints=data.get("retrieval_hints"),
                 filters=filters or None,
                 top_k=top_k,
                 **self.options,
             )
-        else:
-            vectors = (
-                data.get("sub_query_embeddings") if queries == data.get("sub_queries") else None
-            )
-            if not isinstance(vectors, list) or len(vectors) != len(queries):
-                vectors = [None] * len(queries)  # the service embeds each sub-question
-            results = [
-                self.service.retrieve(
-                    query,
-                    vector=vector,
-                    hints=hints,
-                    filters=filters or None,
-                    top_k=top_k,
-                    **self.options,
-                )
-                for query, vector in zip(queries, vectors, strict=True)
-            ]
-            result = merge_results(queries, results, top_k)
+            for query, vector in zip(queries, vectors, strict=True)
+        ]
+        result = results[0] if len(results) == 1 else merge_results(queries, results, top_k)
         data["memory_data"] = result.as_dict()
         return data
+
+
+def _vectors(data: Mapping[str, Any], queries: list[str]) -> list[Any]:
+    """Each query's vector: the question's, or each part's from ``sub_query_embeddings``;
+    None where there is none (the service embeds that part)."""
+    if len(queries) == 1:
+        return [data.get("query_embedding")]
+    given = data.get("sub_query_embeddings")
+    if (
+        isinstance(given, list)
+        and len(given) == len(queries)
+        and queries == data.get("sub_queries")
+    ):
+        return given
+    return [None] * len(queries)
 
 
 def _queries(data: Mapping[str, Any]) -> list[str]:

@@ -127,10 +127,11 @@ class HybridSearcher:
         return interleave(ranked, request.top_k)
 
     def _search(self, request: SearchRequest) -> list[Hit]:
-        asked = request.query_text
-        if not is_window(asked) and without_recall_frame(asked) != asked:
+        if not is_window(request.query_text):
             # "你还记得…吗": the frame is no part of what is asked
-            request = replace(request, query_text=without_recall_frame(asked))
+            asked = without_recall_frame(request.query_text)
+            if asked != request.query_text:
+                request = replace(request, query_text=asked)
         spec = parse_filters(request.filters, tenant=request.tenant)
         mode = request.mode
         vector = self._query_vector(request, spec)
