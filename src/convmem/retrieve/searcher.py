@@ -30,7 +30,9 @@ from convmem.retrieve.calibration import (
     calibrate,
     calibration_for,
     evidence_relevance,
+    hit_language,
     name_terms,
+    question_language,
     specific_terms,
     unknown_name,
 )
@@ -95,10 +97,16 @@ class HybridSearcher:
         self._ann: dict[str, AnnIndex] = {}
         self._ann_lock = threading.Lock()
         self.turn_vectors = TurnVectors(embedding)
-        self.calibrations: dict[tuple[str, bool], Calibration] = {
-            (granularity, scoped): calibration_for(embedding.model_id, granularity, scoped=scoped)
+        # (granularity, scoped, language): the fit a question's scores read; language None
+        # is the model's fit over both languages, which the turn rank reads (the ranker
+        # was fitted with it)
+        self.calibrations: dict[tuple[str, bool, str | None], Calibration] = {
+            (granularity, scoped, language): calibration_for(
+                embedding.model_id, granularity, scoped=scoped, language=language
+            )
             for granularity in GRANULARITIES
             for scoped in (False, True)
+            for language in (None, "zh", "en")
         }
         # the model's learned line ranker (None: the hand score alone)
         self.ranker: Ranker | None = ranker_for(embedding.model_id)
@@ -194,9 +202,12 @@ class HybridSearcher:
         else:
             hits = chunk_evidence(hits, query, similarity)
         if request.min_score is not None:
+            # each hit reads its language's own fit when it is in the question's language
+            language = question_language(query)
+            key = (request.granularity, scope is not None)
             hits = calibrate(
                 hits,
-                self.calibrations[request.granularity, scope is not None],
+                [self.calibrations[(*key, hit_language(language, hit.text))] for hit in hits],
                 request.min_score,
                 absent=absent_share(terms, scope),
                 unknown=unknown_name(names, scope),
@@ -222,7 +233,7 @@ class HybridSearcher:
         # a one-line question's turns also rank by the model's calibrated relevance and
         # its ranker (both fitted on one-line questions; a dialogue window keeps its
         # fused order; the ranker also needs the vector side it was fitted with)
-        fit = self.calibrations["turn", spec.conversation_id is not None]
+        fit = self.calibrations["turn", spec.conversation_id is not None, None]
         window = is_window(query)
         return turn_hits(
             hits,
