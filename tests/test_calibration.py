@@ -364,7 +364,8 @@ def test_a_question_naming_someone_the_conversation_never_mentions_is_marked(
         memory.add_turns("c1", make_turns(lines))
         memory.flush()
         scope = {"conversation_id": "c1"}
-        calibration = CALIBRATIONS[("hashing", "turn")]
+        # English evidence of an English question: the English fit
+        calibration = CALIBRATIONS[("hashing", "turn", "en")]
         assert calibration.unknown_name_weight < 0
         known = memory.search("What did Caroline paint?", top_k=3, min_score=0, filters=scope)
         assert known and all("unknown_name" not in hit.metadata["evidence"] for hit in known)
@@ -380,12 +381,14 @@ def test_an_english_question_reads_the_english_fit_where_its_evidence_is_english
         calibration_for("usem3", "turn", scoped=False, language="en")
         is UNSCOPED[("usem3", "turn", "en")]
     )
-    # Chinese questions, chunk hits and models without a fit of their own for the language
-    # read the model's fit over both languages (a model without any fit reads usem3's)
+    # Chinese questions and chunk hits (no fit of their own for the language) read the
+    # model's fit over both languages; a model without any fit reads usem3's
     assert calibration_for("usem3", "turn", language="zh") is CALIBRATIONS[("usem3", "turn")]
     assert calibration_for("usem3", "chunk", language="en") is CALIBRATIONS[("usem3", "chunk")]
+    hashing = calibration_for("hashing-512", "turn", language="en")
+    assert hashing is CALIBRATIONS[("hashing", "turn", "en")]
     assert (
-        calibration_for("hashing-512", "turn", language="en") is CALIBRATIONS[("hashing", "turn")]
+        calibration_for("hashing-512", "turn", language="zh") is CALIBRATIONS[("hashing", "turn")]
     )
     assert calibration_for("my-model", "turn", language="en") is english
     assert question_language("What did I eat?") == "en"

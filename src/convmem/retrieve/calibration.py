@@ -128,6 +128,19 @@ CALIBRATIONS: dict[tuple[str, ...], Calibration] = {
         -5.356,
         8.474,
     ),
+    # hashing, English evidence of English questions (--embedder hashing --language en
+    # --lost 0.03): LoCoMo silenced .625 -> .915, held-out general English .31 -> .848
+    ("hashing", "turn", "en"): Calibration(
+        "hashing",
+        -2.778,
+        2.248,
+        5.566,
+        1.423,
+        (-1.995, 2.996, 6.02, -2.538, -4.211),
+        -2.422,
+        -4.285,
+        3.45,
+    ),
     ("hashing", "chunk"): Calibration(
         "hashing",
         0.459,
@@ -161,6 +174,10 @@ UNSCOPED: dict[tuple[str, ...], Calibration] = {
     # held-out paraphrases lost .45 against .10 with the fit over both, at 1 % .20
     ("usem3", "turn", "en"): Calibration(
         "usem3", -7.078, 0.788, 8.844, 7.038, (-3.442, 3.357, 10.178), best_weight=9.286
+    ),
+    # (--embedder hashing --language en --unscoped --lost 0.01): LoCoMo 0 -> .59 silenced
+    ("hashing", "turn", "en"): Calibration(
+        "hashing", -4.724, 4.012, 10.561, 0.694, (-4.068, 4.406, 11.022), best_weight=3.152
     ),
     ("hashing", "chunk"): Calibration(
         "hashing", -0.782, 5.599, 5.599, 11.411, (0.064, 8.498, 8.498)
