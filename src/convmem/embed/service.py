@@ -102,18 +102,42 @@ class EmbeddingService:
         self, pieces: Sequence[str], joins: Sequence[Sequence[int]], own: Sequence[int] = ()
     ) -> tuple[Vectors, Vectors]:
         """Passage vectors of the pieces named in ``own`` and of each join of pieces
-        (:func:`convmem.embed.embed_joined`), checked like ``embed_array``'s. A model
-        without its own ``embed_joined`` embeds the texts in batches."""
+        (:func:`convmem.embed.embed_joined`), checked like ``embed_array``'s. Joins go to
+        the model ``batch_size`` at a time with the pieces they use (a piece two batches
+        use is read twice), so a long conversation never holds every piece's features at
+        once. A model without its own ``embed_joined`` embeds the texts in batches."""
+        import numpy as np
+
         check_joins(len(pieces), joins, own)
         if not callable(getattr(self.embedder, "embed_joined", None)):
             matrix = self.embed_array(joined_texts(pieces, joins, own))
             return matrix[: len(own)], matrix[len(own) :]
-        began = time.perf_counter()
-        with self._lock:
-            rows, joined = embed_joined(self.embedder, pieces, joins, own)
-            rows, joined = self._checked(rows, len(own)), self._checked(joined, len(joins))
-        self.latency.observe(time.perf_counter() - began)
-        return rows, joined
+        own_rows = np.zeros((len(own), self.dimension), dtype=np.float32)
+        joined = np.zeros((len(joins), self.dimension), dtype=np.float32)
+        wanted: dict[int, list[int]] = {}  # piece -> its rows in ``own``
+        for row, piece in enumerate(own):
+            wanted.setdefault(piece, []).append(row)
+        for start in range(0, max(len(joins), 1), self.batch_size):
+            block = joins[start : start + self.batch_size]
+            used = sorted({piece for join in block for piece in join})
+            if start + self.batch_size >= len(joins):  # the last batch takes the rest
+                used = sorted({*used, *wanted})
+            mine = [piece for piece in used if piece in wanted]
+            local = {piece: i for i, piece in enumerate(used)}
+            began = time.perf_counter()
+            with self._lock:
+                rows, vectors = embed_joined(
+                    self.embedder,
+                    [pieces[piece] for piece in used],
+                    [[local[piece] for piece in join] for join in block],
+                    [local[piece] for piece in mine],
+                )
+                rows = self._checked(rows, len(mine))
+                joined[start : start + len(block)] = self._checked(vectors, len(block))
+            self.latency.observe(time.perf_counter() - began)
+            for piece, vector in zip(mine, rows, strict=True):
+                own_rows[wanted.pop(piece)] = vector
+        return own_rows, joined
 
     def _batched(self, texts: Sequence[str], embed: Callable[[Sequence[str]], Vectors]) -> Vectors:
         import numpy as np
