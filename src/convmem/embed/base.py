@@ -27,7 +27,7 @@ evidence then fuses each turn's own vector similarity, not only its chunk's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -41,10 +41,10 @@ __all__ = [
     "check_joins",
     "embed_documents",
     "embed_joined",
+    "embed_joined_texts",
     "embed_query",
     "embeds_turns",
     "fusion_weight",
-    "joined_texts",
     "normalise_rows",
     "window_boost",
 ]
@@ -128,16 +128,21 @@ def embed_joined(
     if callable(method):
         rows, joined = method(pieces, joins, own)
         return rows, joined
-    texts = joined_texts(pieces, joins, own)
-    matrix = embedder.embed(texts) if texts else np.zeros((0, embedder.dimension), np.float32)
+    return embed_joined_texts(embedder.embed, embedder.dimension, pieces, joins, own)
+
+
+def embed_joined_texts(
+    embed: Callable[[list[str]], Vectors],
+    dimension: int,
+    pieces: Sequence[str],
+    joins: Sequence[Sequence[int]],
+    own: Sequence[int],
+) -> tuple[Vectors, Vectors]:
+    """What :func:`embed_joined` stands for, done plainly: ``embed`` each own piece and
+    each join's text (``"".join`` of its pieces); the fallback of every implementation."""
+    texts = [pieces[i] for i in own] + ["".join(pieces[i] for i in join) for join in joins]
+    matrix = embed(texts) if texts else np.zeros((0, dimension), np.float32)
     return matrix[: len(own)], matrix[len(own) :]
-
-
-def joined_texts(
-    pieces: Sequence[str], joins: Sequence[Sequence[int]], own: Sequence[int]
-) -> list[str]:
-    """The texts :func:`embed_joined` stands for: each own piece, then each join's text."""
-    return [pieces[i] for i in own] + ["".join(pieces[i] for i in join) for join in joins]
 
 
 def _weight(value: object) -> float | None:

@@ -12,10 +12,10 @@ from convmem.embed.base import (
     Vectors,
     check_joins,
     embed_joined,
+    embed_joined_texts,
     embed_query,
     embeds_turns,
     fusion_weight,
-    joined_texts,
     window_boost,
 )
 from convmem.errors import EmbedderError
@@ -110,8 +110,7 @@ class EmbeddingService:
 
         check_joins(len(pieces), joins, own)
         if not callable(getattr(self.embedder, "embed_joined", None)):
-            matrix = self.embed_array(joined_texts(pieces, joins, own))
-            return matrix[: len(own)], matrix[len(own) :]
+            return embed_joined_texts(self.embed_array, self.dimension, pieces, joins, own)
         own_rows = np.zeros((len(own), self.dimension), dtype=np.float32)
         joined = np.zeros((len(joins), self.dimension), dtype=np.float32)
         wanted: dict[int, list[int]] = {}  # piece -> its rows in ``own``

@@ -31,13 +31,14 @@ turn line for turn evidence anyway, so a chunk costs only its prefix and labels:
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from convmem.embed.base import Vectors, check_joins, joined_texts, normalise_rows
+from convmem.embed.base import Vectors, check_joins, embed_joined_texts, normalise_rows
 from convmem.errors import EmbedderError
 
 __all__ = ["USEM3_NAMES", "UsemEmbedder"]
@@ -81,8 +82,6 @@ class UsemEmbedder:
         if fusion_weight is not None:
             self.fusion_weights = {"rrf": self.fusion_weight, "convex": self.fusion_weight}
         self._model: Any = None
-        self._token_pool: _TokenPool | None = None
-        self._pool_read = False
         self._load_lock = threading.Lock()
 
     @property
@@ -123,10 +122,9 @@ class UsemEmbedder:
         each piece read once; the joined texts themselves when the installed backend is
         not the one this reads (then as :func:`convmem.embed.embed_joined` falls back)."""
         check_joins(len(pieces), joins, own)
-        pool = self._pool()
+        pool = self._pool
         if pool is None:
-            matrix = self.embed(joined_texts(pieces, joins, own))
-            return matrix[: len(own)], matrix[len(own) :]
+            return embed_joined_texts(self.embed, self.DIMENSION, pieces, joins, own)
         batch = [piece if piece.strip() else " " for piece in pieces]
         with pool.threads(self.threads):
             sums, firsts, lasts, counts = pool.features(batch)
@@ -136,17 +134,16 @@ class UsemEmbedder:
             for row, join in enumerate(joins):
                 # one opening and one closing token for the whole text: the first piece's
                 # opening row, every piece's inner rows, the last piece's closing row
-                inner = sums[list(join)].sum(axis=0) - firsts[list(join)].sum(axis=0)
-                inner -= lasts[list(join)].sum(axis=0)
-                joined[row] = inner + firsts[join[0]] + lasts[join[-1]]
-                totals[row] = float(counts[list(join)].sum()) - 2 * (len(join) - 1)
+                used = list(join)
+                inner = (sums[used] - firsts[used] - lasts[used]).sum(axis=0)
+                joined[row] = inner + firsts[used[0]] + lasts[used[-1]]
+                totals[row] = float(counts[used].sum()) - 2 * (len(used) - 1)
             return own_rows, pool.head(joined, totals)
 
+    @functools.cached_property
     def _pool(self) -> _TokenPool | None:
-        if not self._pool_read:
-            self._token_pool = _TokenPool.of(self._encoder())
-            self._pool_read = True
-        return self._token_pool
+        """The model's forward pass in halves (None for a backend laid out otherwise)."""
+        return _TokenPool.of(self._encoder())
 
     def embed_query(self, texts: Sequence[str]) -> Vectors:
         """Query vectors: the same encoder (the model has no query prefix)."""
