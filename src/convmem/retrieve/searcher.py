@@ -25,8 +25,10 @@ from convmem.errors import EmbedderError, InvalidInputError
 from convmem.metrics import Counter, Histogram
 from convmem.models import Hit
 from convmem.retrieve.calibration import (
+    CROSS,
     Calibration,
     absent_share,
+    bridged,
     calibrate,
     calibration_for,
     evidence_relevance,
@@ -106,7 +108,7 @@ class HybridSearcher:
             )
             for granularity in GRANULARITIES
             for scoped in (False, True)
-            for language in (None, "zh", "en")
+            for language in (None, "zh", "en", CROSS)
         }
         # the model's learned line ranker (None: the hand score alone)
         self.ranker: Ranker | None = ranker_for(embedding.model_id)
@@ -202,12 +204,15 @@ class HybridSearcher:
         else:
             hits = chunk_evidence(hits, query, similarity)
         if request.min_score is not None:
-            # each hit reads its language's own fit when it is in the question's language
+            # each hit reads its language's own fit when it is in the question's language,
+            # the cross-language fit when it is in the other
             language = question_language(query)
             key = (request.granularity, scope is not None)
+            languages = [hit_language(language, hit.text) for hit in hits]
+            hits = bridged(query, hits, languages)
             hits = calibrate(
                 hits,
-                [self.calibrations[(*key, hit_language(language, hit.text))] for hit in hits],
+                [self.calibrations[(*key, hit_language)] for hit_language in languages],
                 request.min_score,
                 absent=absent_share(terms, scope),
                 unknown=unknown_name(names, scope),
