@@ -255,6 +255,28 @@ def test_a_chinese_line_that_says_several_things_has_clauses() -> None:
     assert len(line_clauses(many)) == MAX_CLAUSES
 
 
+def test_chat_that_writes_spaces_for_commas_has_clauses_too() -> None:
+    spaced = "客户寄了一箱芒果到公司 我全分给同事了 乐乐吃不了 他对芒果过敏 吓死"
+    assert line_clauses(spaced) == [
+        "客户寄了一箱芒果到公司",
+        "我全分给同事了",
+        "乐乐吃不了",
+        "他对芒果过敏",
+    ]
+    # the punctuation's clauses come first, as before, then what spaces part off inside
+    # them: a line keeps every row it had, so an older store never reads a wrong clause
+    mixed = "我老公说好这周末回来的。他在东莞松山湖的厂里做工程师 一个月能回来两次"
+    assert line_clauses(mixed) == [
+        "我老公说好这周末回来的。",
+        "他在东莞松山湖的厂里做工程师 一个月能回来两次",
+        "他在东莞松山湖的厂里做工程师",
+        "一个月能回来两次",
+    ]
+    # a space beside a Latin word or a number parts nothing; one clause is no clause
+    assert line_clauses("戒指是I Do家的 50分") == []
+    assert line_clauses("好的 我知道了") == []
+
+
 def test_vector_rows_read_the_workers_layout_and_older_stores() -> None:
     lines = [
         "对了，我不吃香菜，坐飞机喜欢靠窗的座位。",

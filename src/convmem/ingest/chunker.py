@@ -254,10 +254,15 @@ def chunk_pieces(text: str, offsets: Sequence[Sequence[int]]) -> list[str]:
 # comma written straight after a Chinese character.
 _CLAUSE_BREAK = re.compile(r"(?<=[，。！？；…])|(?<=[\u4e00-\u9fff],)")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+# Chat writes a space where prose writes a comma: a space between two Chinese characters
+# parts clauses too (客户寄了一箱芒果到公司 我全分给同事了 他对芒果过敏).
+_SPACE_BREAK = re.compile(r"(?<=[\u4e00-\u9fff])\s+(?=[\u4e00-\u9fff])")
 # A clause worth its own vector says something: four Chinese characters or more.
 CLAUSE_CHARS = 4
-# At most this many clauses of one line get a vector (a pasted page is not split further).
+# At most this many clauses of one line get a vector (a pasted page is not split further),
+# and at most SPACED_CLAUSES more where spaces part it further.
 MAX_CLAUSES = 6
+SPACED_CLAUSES = 4
 
 
 def line_clauses(line: str) -> list[str]:
@@ -274,9 +279,22 @@ def line_clauses(line: str) -> list[str]:
     """
     if not is_mostly_cjk(line):
         return []
-    parts = (part.strip() for part in _CLAUSE_BREAK.split(line))
+    parts = [part.strip() for part in _CLAUSE_BREAK.split(line)]
     found = [part for part in parts if len(_CJK.findall(part)) >= CLAUSE_CHARS]
-    return found[:MAX_CLAUSES] if len(found) > 1 else []
+    clauses = found[:MAX_CLAUSES] if len(found) > 1 else []
+    # then the clauses that spaces part off, after the punctuation's: a line keeps every
+    # clause row it had before, so a store indexed before has fewer rows than this
+    # layout and reads its line rows (vector_rows) until `convmem reindex`
+    spaced = [
+        clause.strip()
+        for part in parts
+        for clause in _SPACE_BREAK.split(part)
+        if len(_CJK.findall(clause)) >= CLAUSE_CHARS
+    ]
+    extra = [clause for clause in dict.fromkeys(spaced) if clause not in found]
+    if len(clauses) + len(extra) < 2:
+        return clauses
+    return clauses + extra[: max(SPACED_CLAUSES, MAX_CLAUSES - len(clauses))]
 
 
 @functools.lru_cache(maxsize=16384)
