@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.resources
+import io
 import itertools
 import re
 import threading
@@ -69,6 +70,8 @@ class Lexicon:
             if len(syllables) == len(simplified):
                 for char, syllable in zip(simplified, syllables, strict=True):
                     lexicon.pinyin.setdefault(char, set()).add(re.sub(r"[0-9:]", "", syllable))
+            if not frequency.get(simplified):
+                continue  # a word jieba never cuts is never looked up, nor worth matching
             heads: list[str] = []
             senses = [g for g in glosses.split("/") if g and not g.lower().startswith(_SKIP)]
             for rank, sense in enumerate(senses[:SENSES]):
@@ -77,9 +80,7 @@ class Lexicon:
                     if _ENGLISH_WORD.fullmatch(phrase) and phrase not in heads:
                         heads.append(phrase)
                         best = ranked.setdefault(phrase, {}).get(simplified, (SENSES, 0))
-                        ranked[phrase][simplified] = min(
-                            best, (rank, -frequency.get(simplified, 0))
-                        )
+                        ranked[phrase][simplified] = min(best, (rank, -frequency[simplified]))
             if heads and simplified not in lexicon.chinese:
                 lexicon.chinese[simplified] = heads[:SENSES]
         for word, candidates in ranked.items():
@@ -87,10 +88,7 @@ class Lexicon:
             # a single character only as a word's first sense (住 "to live"), as it also
             # occurs inside unrelated words (处 in 处理)
             lexicon.english[word] = [
-                chinese
-                for chinese in order
-                if frequency.get(chinese, 0) > 0
-                and (len(chinese) > 1 or candidates[chinese][0] == 0)
+                chinese for chinese in order if len(chinese) > 1 or candidates[chinese][0] == 0
             ][:CANDIDATES]
         return lexicon
 
@@ -156,8 +154,8 @@ def _read() -> Lexicon | None:
     import jieba
 
     jieba.initialize()
-    text = gzip.decompress(raw).decode("utf-8")
-    return Lexicon.parse(text.splitlines(), jieba.dt.FREQ)
+    with gzip.open(io.BytesIO(raw), "rt", encoding="utf-8") as lines:
+        return Lexicon.parse(lines, jieba.dt.FREQ)
 
 
 def available() -> bool:
