@@ -6,8 +6,10 @@ import importlib.util
 
 import pytest
 
+from convmem import Memory
 from convmem.text import bilingual
 from convmem.text.bilingual import Lexicon, bridge, question_terms
+from helpers import make_turns
 
 # CC-CEDICT's line format: traditional simplified [pinyin] /sense/sense/
 ENTRIES = """\
@@ -65,3 +67,29 @@ def test_without_the_dictionary_every_bridge_is_zero(monkeypatch: pytest.MonkeyP
     terms = question_terms("What car do I drive?")
     assert terms.count == 0
     assert bridge(terms, "我开的是一辆白色的特斯拉") == 0.0
+
+
+@needs_cedict
+def test_a_chinese_question_searches_english_memory_by_its_words_english_stems(
+    memory: Memory,
+) -> None:
+    """The hashing embedder has no semantics across languages and the Chinese question
+    shares only the name with the lines; its words' English stems (画 -> paint, 日出 ->
+    sunrise) find the one line about the sunrise among the speaker's others."""
+    lines = [
+        "Melanie: We went camping with the kids last weekend.",
+        "Caroline: That sounds lovely.",
+        "Melanie: I painted that lake sunrise last year!",
+        "Caroline: I went to a support group yesterday.",
+        *[f"Melanie: Work was busy again, meeting number {n} ran late." for n in range(12)],
+    ]
+    turns = make_turns([line.split(": ", 1)[1] for line in lines])
+    for turn, line in zip(turns, lines, strict=True):
+        turn["name"] = line.split(":")[0]
+    memory.add_turns("c", turns)
+    memory.flush()
+    hits = memory.search("Melanie画日出是什么时候？", top_k=3, filters={"conversation_id": "c"})
+    assert hits and "sunrise" in hits[0].text
+    # an English question of English memory takes no translation path (same hits as before)
+    plain = memory.search("When did Melanie paint a sunrise?", 3, {"conversation_id": "c"})
+    assert "sunrise" in plain[0].text

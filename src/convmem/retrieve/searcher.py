@@ -54,6 +54,7 @@ from convmem.text import (
     tokenize,
     without_recall_frame,
 )
+from convmem.text.bilingual import question_terms
 
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
@@ -136,6 +137,14 @@ class HybridSearcher:
         ]
         return interleave(ranked, request.top_k)
 
+    @staticmethod
+    def _english_memory_of_chinese(query: str, rows: dict[int, Any]) -> bool:
+        """Whether the question is Chinese and most candidate chunks are English."""
+        if not rows or question_language(query) != "zh":
+            return False
+        other = sum(1 for row in rows.values() if hit_language("zh", row[1]) == CROSS)
+        return other * 2 > len(rows)
+
     def _search(self, request: SearchRequest) -> list[Hit]:
         if not is_window(request.query_text):
             # "你还记得…吗": the frame is no part of what is asked
@@ -172,6 +181,21 @@ class HybridSearcher:
         width = max(request.top_k * 2, 20) + 10 if turns else request.top_k * 2 + 10
         window = fuse(self.fusion, rankings)[:width]
         rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
+        lexical_query = query
+        if mode != "vector" and self._english_memory_of_chinese(query, rows):
+            # English memory of a Chinese question: its words can match the question's
+            # words in English ("Melanie画日出是什么时候" -> paint, sunrise), in the chunk
+            # candidates and in the turns' own BM25. The other way, the Chinese candidates
+            # of English words are loose (several each, matched by bigrams) and the cosine
+            # already finds the evidence: they cost top-5 hits.
+            translation = " ".join(question_terms(query).translation)
+            if translation:
+                lexical_query = f"{query} {translation}"
+                tokens = tokenize(translation)
+                ranking, _ = self.store.lexical_in_scope(request.tenant, spec, tokens, pool, [])
+                rankings.append((1.0, ranking))
+                window = fuse(self.fusion, rankings)[:width]
+                rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
         metadata = {rowid: row[2] for rowid, row in rows.items()}
         chosen = window if turns else diverse(window, metadata, request.top_k)
         hits = [
@@ -194,7 +218,7 @@ class HybridSearcher:
             hits = self._turn_hits(
                 request,
                 spec,
-                query,
+                lexical_query,
                 hits,
                 rows,
                 vector if mode != "lexical" else None,
@@ -202,7 +226,7 @@ class HybridSearcher:
                 weight,
             )
         else:
-            hits = chunk_evidence(hits, query, similarity)
+            hits = chunk_evidence(hits, lexical_query, similarity)
         if request.min_score is not None:
             # each hit reads its language's own fit when it is in the question's language,
             # the cross-language fit when it is in the other

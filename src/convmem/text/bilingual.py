@@ -171,6 +171,9 @@ class QuestionTerms:
     chinese: tuple[frozenset[str], ...]
     english: tuple[frozenset[str], ...]
     names: tuple[str, ...]
+    # a Chinese question's Chinese words in English, as words: what a lexical search of
+    # English memory reads (画 日出 -> draw paint picture sunrise)
+    translation: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -191,14 +194,14 @@ def question_terms(question: str) -> QuestionTerms:
     ][:TERMS]
     if is_mostly_cjk(question):
         english: list[frozenset[str]] = []
+        translation: list[str] = []
         for word in content:
-            if word.isascii():
-                stems = frozenset(tokenize(word))
-            else:
-                stems = frozenset(s for head in found.english_of(word) for s in tokenize(head))
+            heads = [word] if word.isascii() else found.english_of(word)
+            stems = frozenset(stem for head in heads for stem in tokenize(head))
             if stems:
                 english.append(stems)
-        return QuestionTerms((), tuple(english), ())
+                translation.extend(head for head in heads if not word.isascii())
+        return QuestionTerms((), tuple(english), (), tuple(dict.fromkeys(translation)))
     runs = [
         match.group()
         for match in _NAME_RUN.finditer(question)
