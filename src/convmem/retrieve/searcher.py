@@ -55,6 +55,7 @@ from convmem.text import (
     without_recall_frame,
 )
 from convmem.text.bilingual import question_terms
+from convmem.text.synonyms import synonyms_in
 
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
@@ -138,6 +139,12 @@ class HybridSearcher:
         return interleave(ranked, request.top_k)
 
     @staticmethod
+    def _one_chinese_line(query: str) -> bool:
+        """A one-line Chinese question (a dialogue window keeps its own words: on MADial
+        their synonyms moved R@1 .311 -> .286)."""
+        return question_language(query) == "zh" and not is_window(query)
+
+    @staticmethod
     def _english_memory_of_chinese(query: str, rows: dict[int, Any]) -> bool:
         """Whether the question is Chinese and most candidate chunks are English."""
         if not rows or question_language(query) != "zh":
@@ -182,6 +189,18 @@ class HybridSearcher:
         window = fuse(self.fusion, rankings)[:width]
         rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
         lexical_query = query
+        extra = synonyms_in(query) if mode != "vector" and self._one_chinese_line(query) else []
+        if extra:
+            # the other words chat has for a Chinese question's kin, days and everyday
+            # things (父母: 爸妈; 早晨: 早上): a ranking of their own for the chunk candidates,
+            # and words of the turns' own BM25
+            ranking, _ = self.store.lexical_in_scope(
+                request.tenant, spec, tokenize(" ".join(extra)), pool, []
+            )
+            rankings.append((1.0, ranking))
+            window = fuse(self.fusion, rankings)[:width]
+            rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
+            lexical_query = f"{query} {' '.join(extra)}"
         if mode != "vector" and self._english_memory_of_chinese(query, rows):
             # English memory of a Chinese question: its words can match the question's
             # words in English ("Melanie画日出是什么时候" -> paint, sunrise), in the chunk
@@ -190,7 +209,7 @@ class HybridSearcher:
             # already finds the evidence: they cost top-5 hits.
             translation = " ".join(question_terms(query).translation)
             if translation:
-                lexical_query = f"{query} {translation}"
+                lexical_query = f"{lexical_query} {translation}"
                 tokens = tokenize(translation)
                 ranking, _ = self.store.lexical_in_scope(request.tenant, spec, tokens, pool, [])
                 rankings.append((1.0, ranking))
