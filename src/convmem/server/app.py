@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -39,6 +40,7 @@ from convmem.server.middleware import BodyLimit, RequestLog
 from convmem.server.routers import ROUTERS
 from convmem.server.settings import LOOPBACK, LogLevel, ServerSettings
 from convmem.store.keys import hash_key
+from convmem.text import bilingual
 from convmem.worker.heap import HeapTrimmer
 
 __all__ = ["ServerSettings", "create_app", "error_response"]
@@ -78,6 +80,9 @@ def create_app(settings: ServerSettings | None = None, *, memory: Memory | None 
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         trimmer = HeapTrimmer(interval_seconds=settings.heap_trim_seconds)
         trimmer.start()
+        # the word dictionary of questions in the other language than their memory, read
+        # now (about 1.5 s, some 45 MB) so that no request waits for it
+        threading.Thread(target=bilingual.lexicon, name="convmem-dictionary", daemon=True).start()
         yield
         trimmer.stop()
         if owned:
