@@ -138,6 +138,23 @@ class HybridSearcher:
         ]
         return interleave(ranked, request.top_k)
 
+    def _widen(
+        self,
+        request: SearchRequest,
+        spec: FilterSpec,
+        rankings: list[tuple[float, list[tuple[int, float]]]],
+        words: Sequence[str],
+        pool: int,
+        width: int,
+    ) -> tuple[list[tuple[int, float]], dict[int, tuple[str, str, dict[str, Any]]]]:
+        """Add a lexical ranking of more ``words`` for the question to ``rankings``; the
+        fused window again and its rows."""
+        tokens = tokenize(" ".join(words))
+        ranking, _ = self.store.lexical_in_scope(request.tenant, spec, tokens, pool, [])
+        rankings.append((1.0, ranking))
+        window = fuse(self.fusion, rankings)[:width]
+        return window, self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
+
     @staticmethod
     def _one_chinese_line(query: str) -> bool:
         """A one-line Chinese question (a dialogue window keeps its own words: on MADial
@@ -194,27 +211,18 @@ class HybridSearcher:
             # the other words chat has for a Chinese question's kin, days and everyday
             # things (父母: 爸妈; 早晨: 早上): a ranking of their own for the chunk candidates,
             # and words of the turns' own BM25
-            ranking, _ = self.store.lexical_in_scope(
-                request.tenant, spec, tokenize(" ".join(extra)), pool, []
-            )
-            rankings.append((1.0, ranking))
-            window = fuse(self.fusion, rankings)[:width]
-            rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
             lexical_query = f"{query} {' '.join(extra)}"
+            window, rows = self._widen(request, spec, rankings, extra, pool, width)
         if mode != "vector" and self._english_memory_of_chinese(query, rows):
             # English memory of a Chinese question: its words can match the question's
             # words in English ("Melanie画日出是什么时候" -> paint, sunrise), in the chunk
             # candidates and in the turns' own BM25. The other way, the Chinese candidates
             # of English words are loose (several each, matched by bigrams) and the cosine
             # already finds the evidence: they cost top-5 hits.
-            translation = " ".join(question_terms(query).translation)
+            translation = question_terms(query).translation
             if translation:
-                lexical_query = f"{lexical_query} {translation}"
-                tokens = tokenize(translation)
-                ranking, _ = self.store.lexical_in_scope(request.tenant, spec, tokens, pool, [])
-                rankings.append((1.0, ranking))
-                window = fuse(self.fusion, rankings)[:width]
-                rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
+                lexical_query = f"{lexical_query} {' '.join(translation)}"
+                window, rows = self._widen(request, spec, rankings, translation, pool, width)
         metadata = {rowid: row[2] for rowid, row in rows.items()}
         chosen = window if turns else diverse(window, metadata, request.top_k)
         hits = [
