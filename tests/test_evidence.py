@@ -376,3 +376,23 @@ def test_a_question_of_one_conversation_is_embedded_without_its_participants_nam
         assert vector_hits(None, scope) == vector_hits(stripped, scope)
         # tenant-wide there is no one conversation whose participants to leave out
         assert vector_hits(None, None) == vector_hits(whole, None)
+
+
+def test_a_question_about_the_user_or_about_what_the_assistant_said_prefers_its_lines(
+    memory: Memory,
+) -> None:
+    """In a user-assistant chat the assistant often repeats what the user said. A question
+    in the first person prefers the user's line; one about what the assistant said ("你说")
+    prefers the assistant's, as a question that names a participant prefers theirs."""
+    texts = [
+        "周六下午三点去看牙医。",
+        "周六下午三点去看牙医，记得提前刷牙。",
+        *[f"今天第{n}次开会，讨论新项目的排期。" for n in range(8)],
+    ]
+    memory.add_turns("c", make_turns(texts))
+    memory.flush()
+    scope = {"conversation_id": "c"}
+    mine = memory.search("我周六几点看牙医？", top_k=2, filters=scope, min_score=0)
+    assert [hit.text[:2] for hit in mine] == ["用户", "助手"]
+    yours = memory.search("你说周六几点看牙医？", top_k=2, filters=scope, min_score=0)
+    assert [hit.text[:2] for hit in yours] == ["助手", "用户"]

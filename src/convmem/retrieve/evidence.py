@@ -214,6 +214,34 @@ def _named_speaker(units: Sequence[_Unit], query: str) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+# The labels a chunk gives a user's and an assistant's turns when they have no name
+# (convmem.ingest.chunker's role labels).
+_USER_LABELS = frozenset({"用户", "User"})
+_ASSISTANT_LABELS = frozenset({"助手", "Assistant"})
+# A question about what the assistant said ("你上次推荐的那本书", "what did you suggest").
+_TO_ASSISTANT = re.compile(
+    r"你(?:之前|上次|刚才|昨天)?(?:说|推荐|建议|提到|讲|告诉|帮我)"
+    r"|\byou(?:'ve)? (?:said|suggested|recommended|told|mentioned|gave)\b",
+    re.IGNORECASE,
+)
+_FIRST_PERSON = re.compile(r"我|\b(?:i|my|me|mine|i'm|i've)\b", re.IGNORECASE)
+
+
+def _role_speaker(units: Sequence[_Unit], query: str) -> str | None:
+    """In a user-assistant chat, the speaker a question is about when it names nobody:
+    the assistant's label for a question about what it said, the user's for one in the
+    first person ("我的车是什么颜色"); None otherwise."""
+    labels = {label for unit in units if (label := _speaker(unit))}
+    user, assistant = sorted(labels & _USER_LABELS), sorted(labels & _ASSISTANT_LABELS)
+    if not user or not assistant:
+        return None
+    if _TO_ASSISTANT.search(query):
+        return assistant[0]
+    if _FIRST_PERSON.search(query):
+        return user[0]
+    return None
+
+
 def _asks(unit: _Unit) -> bool:
     return unit.seq is not None and _spoken(unit).rstrip().endswith(QUESTION_ENDS)
 
@@ -499,7 +527,7 @@ def turn_hits(
     top = max(lexical) or 1.0
     matches = [match / top for match in lexical]
     share = vector_weight * TURN_VECTOR_WEIGHT if vectors is not None else 0.0
-    named = _named_speaker(units, query)
+    named = _named_speaker(units, query) or _role_speaker(units, query)
     speaker_share = speaker_weight if named is not None else 0.0
     scores: list[float] = []
     evidence: list[Evidence] = []
