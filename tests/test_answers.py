@@ -1,0 +1,91 @@
+"""The kind of value a Chinese question asks for, and the lines that state one."""
+
+from __future__ import annotations
+
+import pytest
+
+from convmem import Memory
+from convmem.retrieve.evidence import turn_hits
+from convmem.text.answers import KINDS, answer_kind, states
+from helpers import make_turns
+from test_evidence import _hit
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("张伟多大了？", "age"),
+        ("孩子她爸多大年纪？", "age"),
+        ("店里现在晚上几点关门？", "time"),
+        ("我给女朋友买的手链多少钱？", "money"),
+        ("我的联系电话是多少？", "phone"),
+        ("我表哥多高？", "height"),
+        ("胃镜现在约的是哪天？", "date"),
+        ("林峰的生日是什么时候", "date"),
+        ("婚宴最后定了多少桌？", "count"),
+        ("我最喜欢的菜是什么？", None),  # a preference: no kind of value
+        ("How old is my cousin?", None),  # English questions are not read
+        ("用户: 我今天好累\n助手: 怎么了\n用户: 明天几点开会来着", None),  # a window
+    ],
+)
+def test_a_question_names_the_kind_of_value_it_asks_for(question: str, kind: str | None) -> None:
+    assert answer_kind(question) == kind
+
+
+@pytest.mark.parametrize(
+    ("kind", "line", "holds"),
+    [
+        ("age", "陈磊比我大三岁，今年三十五。", True),
+        ("age", "他三十五岁了", True),
+        ("age", "张伟特别爱打羽毛球，每周末都去。", False),
+        ("time", "改到明天早上八点半", True),
+        ("money", "那块表一万八，我平时舍不得戴。", True),
+        ("money", "花了1280", False),  # a bare number is no price
+        ("phone", "外婆的手机号是13908161235", True),
+        ("height", "顾晨一米八二，穿什么都好看。", True),
+        ("date", "胃镜改到4月13号早上八点半", True),
+        ("date", "思雨十月五号过生日", True),
+        ("date", "他在华为做硬件工程师", False),
+        ("count", "从30桌砍到26桌", True),
+    ],
+)
+def test_a_line_states_a_value_of_a_kind(kind: str, line: str, holds: bool) -> None:
+    assert kind in KINDS
+    assert states(kind, line) is holds
+
+
+def test_the_line_holding_the_asked_kind_of_value_wins_a_tie() -> None:
+    """Two lines about one person share only the name with the question; the one that
+    holds an age answers "多大了", and only the answer weight decides it."""
+    chunk = _hit("a", 1.0, ["用户: 张伟特别爱打羽毛球。", "用户: 张伟今年三十五岁。"], [0, 1])
+
+    def first(query: str, weight: float) -> str:
+        return turn_hits([chunk], query, 2, answer_weight=weight)[0].text
+
+    assert first("张伟多大了？", 0.1).endswith("三十五岁。")
+    assert first("张伟多大了？", 0.0).endswith("羽毛球。")
+    assert first("张伟喜欢什么？", 0.1).endswith("羽毛球。")  # no kind: the text decides
+
+
+def test_a_search_finds_the_age_among_lines_about_the_same_person(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the store: the age line is the longest of four about 张伟, so BM25 alone
+    ranks it last of them; the answer weight brings it first."""
+    texts = [
+        "张伟在华为上班。",
+        "张伟爱打羽毛球。",
+        "张伟今年三十五了，还没结婚，家里催得紧，过年回家又要被念叨个没完。",
+        "张伟住在杭州滨江。",
+        *[f"今天第{n}次加班，好累啊。" for n in range(8)],
+    ]
+    memory.add_turns("c", make_turns(texts))
+    memory.flush()
+
+    def first() -> str:
+        hits = memory.search("张伟多大了？", top_k=1, filters={"conversation_id": "c"}, min_score=0)
+        return hits[0].text
+
+    assert "三十五" in first()
+    monkeypatch.setitem(turn_hits.__kwdefaults__, "answer_weight", 0.0)
+    assert "三十五" not in first()
