@@ -24,6 +24,7 @@ from convmem.models import Hit
 from convmem.text import chinese_names, is_mostly_cjk, keywords, tokenize, words
 from convmem.text.bilingual import bridge, question_terms
 from convmem.text.dates import MONTHS
+from convmem.text.kinship import relations, spellings
 
 if TYPE_CHECKING:
     from convmem.retrieve.evidence import Evidence
@@ -363,6 +364,35 @@ def unknown_name(terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | No
     if not terms or scope is None or scope[0] == 0:
         return 0.0
     return 1.0 if any(not scope[1].get(term, 0) for term in terms) else 0.0
+
+
+def relation_terms(query: str) -> list[list[tuple[str, ...]]]:
+    """For each relation a Chinese question names of the user
+    (:func:`~convmem.text.kinship.relations`: 我岳父, 我表姐), its spellings
+    (:func:`~convmem.text.kinship.spellings`) as the character bigrams each is indexed by:
+    a chunk says a spelling when it holds all of that spelling's bigrams."""
+    if not is_mostly_cjk(query):
+        return []
+    return [
+        [tuple(word[i : i + 2] for i in range(len(word) - 1)) for word in spellings(relation)]
+        for relation in relations(query)
+    ]
+
+
+def unknown_relation(
+    relations: Sequence[Sequence[tuple[str, ...]]], scope: tuple[int, Mapping[str, int]] | None
+) -> float:
+    """1.0 when the conversation says none of the spellings of one of the question's
+    relations (:func:`relation_terms`): it asks about someone the chat never mentions, as
+    ``unknown_name`` for a name, and reads that feature's weight; 0.0 otherwise, and
+    without scope statistics or for an empty scope."""
+    if not relations or scope is None or scope[0] == 0:
+        return 0.0
+    counts = scope[1]
+    for spelled in relations:
+        if not any(all(counts.get(bigram, 0) for bigram in word) for word in spelled):
+            return 1.0
+    return 0.0
 
 
 def absent_share(terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | None) -> float:

@@ -35,8 +35,10 @@ from convmem.retrieve.calibration import (
     hit_language,
     name_terms,
     question_language,
+    relation_terms,
     specific_terms,
     unknown_name,
+    unknown_relation,
 )
 from convmem.retrieve.evidence import chunk_evidence, named, turn_hits, without_names
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse, interleave
@@ -181,12 +183,13 @@ class HybridSearcher:
             rankings.append((weight, self._vector_candidates(request.tenant, spec, vector, pool)))
         query = clean_text(request.query_text)
         # the calibration's question features need the scope's counts of a few words
-        terms, names = (
-            (specific_terms(query), name_terms(query))
+        terms, names, kin = (
+            (specific_terms(query), name_terms(query), relation_terms(query))
             if request.min_score is not None
-            else ([], [])
+            else ([], [], [])
         )
-        lookup = list(dict.fromkeys([*terms, *names]))
+        bigrams = [bigram for spelled in kin for word in spelled for bigram in word]
+        lookup = list(dict.fromkeys([*terms, *names, *bigrams]))
         scope = None
         if mode != "vector":
             tokens = tokenize(query)
@@ -262,7 +265,7 @@ class HybridSearcher:
                 [self.calibrations[(*key, fit)] for fit in languages],
                 request.min_score,
                 absent=absent_share(terms, scope),
-                unknown=unknown_name(names, scope),
+                unknown=max(unknown_name(names, scope), unknown_relation(kin, scope)),
             )
         self.latency.observe(time.perf_counter() - began)
         return hits

@@ -1,0 +1,63 @@
+"""Relations a question names of the user, and "no memory" for one the chat never says."""
+
+from __future__ import annotations
+
+import pytest
+
+from convmem import Memory
+from convmem.retrieve.calibration import relation_terms, unknown_relation
+from convmem.text.kinship import relations, spellings
+from helpers import make_turns
+
+
+@pytest.mark.parametrize(
+    ("question", "found"),
+    [
+        ("我岳父今年多大了？", ["岳父"]),
+        ("我大学室友结婚要去哪里？", ["室友"]),
+        ("外婆比老爸大几岁？", ["老爸", "外婆"]),
+        ("我外孙女在哪上学？", ["外孙女"]),  # the longest word, not 外孙 again
+        ("孩子奶奶原来干的是哪一行？", []),  # someone else's grandmother (the user's 婆婆)
+        ("周文斌的女儿在哪里读书？", []),
+        ("我给女朋友买的手链多少钱？", []),  # partners and children: chat names them
+        ("我女儿对什么过敏？", []),
+    ],
+)
+def test_a_question_names_the_users_relations(question: str, found: list[str]) -> None:
+    assert sorted(relations(question)) == sorted(found)
+
+
+def test_a_relation_is_spelled_by_its_synonyms_too() -> None:
+    assert spellings("妈妈")[0] == "妈妈" and "我妈" in spellings("妈妈")
+    assert relation_terms("我丈母娘住哪？")[0][0] == ("丈母", "母娘")
+    assert relation_terms("Where does my mother-in-law live?") == []
+
+
+def test_a_relation_the_conversation_never_says_is_unknown() -> None:
+    kin = relation_terms("我岳父今年多大了？")
+    assert unknown_relation(kin, (10, {"我妈": 2})) == 1.0
+    assert unknown_relation(kin, (10, {"丈人": 1})) == 0.0  # a synonym says it
+    assert unknown_relation(kin, (10, {"丈母": 1})) == 1.0  # half of 丈母娘 is not it
+    assert unknown_relation(kin, (10, {"丈母": 1, "母娘": 1})) == 0.0
+    assert unknown_relation(kin, None) == 0.0 and unknown_relation(kin, (0, {})) == 0.0
+    assert unknown_relation([], (10, {})) == 0.0
+
+
+def test_asking_about_a_relative_the_chat_never_mentions_finds_nothing(memory: Memory) -> None:
+    texts = [
+        "我妈今年六十二岁了，身体还挺硬朗。",
+        "我表哥张伟在华为做硬件工程师。",
+        *[f"今天第{n}次加班，好累啊。" for n in range(8)],
+    ]
+    memory.add_turns("c", make_turns(texts))
+    memory.flush()
+    scope = {"conversation_id": "c"}
+    mother = memory.search("我妈妈今年多大了？", top_k=3, filters=scope)
+    assert mother and "六十二" in mother[0].text
+    assert "unknown_name" not in mother[0].metadata["evidence"]
+    # the same question about a father-in-law: the age line is still the closest one
+    unscored = memory.search("我岳父今年多大了？", top_k=3, filters=scope, min_score=0)
+    assert "六十二" in unscored[0].text
+    assert unscored[0].metadata["evidence"]["unknown_name"] == 1.0
+    assert unscored[0].score < mother[0].score
+    assert memory.search("我岳父今年多大了？", top_k=3, filters=scope) == []
