@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from convmem import Memory
+from convmem.retrieve import searcher
 from convmem.retrieve.calibration import relation_terms, unknown_relation
-from convmem.text.kinship import relations, spellings
+from convmem.text.kinship import aliases, relations, spellings
 from helpers import make_turns
 
 
@@ -61,3 +62,45 @@ def test_asking_about_a_relative_the_chat_never_mentions_finds_nothing(memory: M
     assert unscored[0].metadata["evidence"]["unknown_name"] == 1.0
     assert unscored[0].score < mother[0].score
     assert memory.search("我岳父今年多大了？", top_k=3, filters=scope) == []
+
+
+def test_the_names_a_chat_gives_a_relation_are_found() -> None:
+    lines = [
+        "我未婚夫叫顾晨，我们上个月刚订婚。",
+        "我女儿小名叫朵朵，大名陈可馨。",
+        "女儿欣欣打电话问爷爷",
+        "我儿子李明哲今年三十三",
+        "我弟刘建军在深圳开网约车",
+        "我妈高兴坏了",
+    ]
+    assert aliases("我未婚夫多高？", lines) == ["顾晨"]
+    assert sorted(aliases("我女儿几岁了", lines)) == ["朵朵", "欣欣"]
+    assert aliases("我儿子在哪上班", lines) == ["李明"]  # the bigram every mention holds
+    assert aliases("我弟现在在哪个城市？", lines) == ["刘建军"]
+    assert aliases("我妈住哪？", lines) == []  # 高兴 is a word, not a name
+    assert aliases("顾晨多高？", lines) == []  # no relation asked
+    assert aliases("周文斌的女儿在哪读书？", lines) == []  # someone else's daughter
+
+
+def test_a_question_by_relation_finds_the_lines_that_only_say_the_name(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = [
+        "我未婚夫叫顾晨，我们上个月刚订婚。",
+        *[f"今天第{n}次加班，好累啊。" for n in range(6)],
+        "顾晨在德勤做审计，忙季天天加班到半夜。",
+        *[f"周末第{n}次去爬山，风景不错。" for n in range(6)],
+    ]
+    memory.add_turns("c", make_turns(texts, roles=["user"] * len(texts)))
+    memory.flush()
+
+    def rank() -> int:
+        """Where the line that only says 顾晨 comes (99: not in the first ten)."""
+        hits = memory.search(
+            "我未婚夫在哪家公司上班？", top_k=10, filters={"conversation_id": "c"}, min_score=0
+        )
+        return next((i for i, hit in enumerate(hits) if "德勤" in hit.text), 99)
+
+    with_names = rank()
+    monkeypatch.setattr(searcher, "aliases", lambda question, texts: [])
+    assert with_names <= 3 < rank()

@@ -57,6 +57,7 @@ from convmem.text import (
     without_recall_frame,
 )
 from convmem.text.bilingual import question_terms
+from convmem.text.kinship import aliases
 from convmem.text.synonyms import synonyms_in
 
 if TYPE_CHECKING:
@@ -213,6 +214,16 @@ class HybridSearcher:
             # and words of the turns' own BM25
             lexical_query = f"{query} {' '.join(extra)}"
             window, rows = self._widen(request, spec, rankings, extra, pool, width)
+        known_as = (
+            aliases(query, [row[1] for row in rows.values()])
+            if chinese and rows and not is_window(query)
+            else []
+        )
+        if known_as:
+            # the names the chat gives the people the question names by relation (我未婚夫
+            # 叫顾晨: "我未婚夫多高" also looks for 顾晨一米八二), as more words
+            lexical_query = f"{lexical_query} {' '.join(known_as)}"
+            window, rows = self._widen(request, spec, rankings, known_as, pool, width)
         if chinese and rows and self._mostly_english(rows):
             # English memory of a Chinese question: its words can match the question's
             # words in English ("Melanie画日出是什么时候" -> paint, sunrise), in the chunk

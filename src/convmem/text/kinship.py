@@ -15,10 +15,12 @@ another word (孩子奶奶 is the user's 婆婆).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
+from convmem.text.segment import chinese_names, surname_opening
 from convmem.text.synonyms import synonyms
 
-__all__ = ["RELATIONS", "relations", "spellings"]
+__all__ = ["FAMILY", "RELATIONS", "aliases", "relations", "spellings"]
 
 # family, in-laws and the people of work, school and home, by generation
 _LISTED = (
@@ -33,6 +35,20 @@ _LISTED = (
     "发小 闺蜜 网友 教练 班主任 保姆",
 )
 RELATIONS: frozenset[str] = frozenset(word for line in _LISTED for word in line.split())
+# the people chat calls by name rather than by relation: a partner and a child
+_BY_NAME = (
+    "老公 老婆 丈夫 妻子 爱人 媳妇 对象 男朋友 女朋友 男友 女友 未婚夫 未婚妻 另一半 伴侣 老伴",
+    "儿子 女儿 闺女 大儿子 小儿子 大女儿 小女儿",
+)
+FAMILY: frozenset[str] = frozenset(word for line in _BY_NAME for word in line.split())
+# how a question says a relation in one character more (我弟 for 弟弟, 孩子她爸 for 老公):
+# looked up for names only
+_SPOKEN_LINE = "我弟 我哥 我姐 我妹 我爸 我妈 孩子她爸 孩子他爸 孩子她妈 孩子他妈"
+_SPOKEN = frozenset(_SPOKEN_LINE.split())
+# between a relation and the name it introduces: 我未婚夫叫顾晨, 女儿小名叫朵朵, 室友：黄晓东
+_INTRODUCES = re.compile(r"^(?:叫做|叫|是|名叫|名字叫|小名叫|小名|大名叫|大名|[，,：:\s])*")
+_DOUBLED = re.compile(r"^([\u4e00-\u9fff])\1")
+_AFTER_CALLED = re.compile(r"^[\u4e00-\u9fff]{2,3}(?=[，,。.！!？?、\s]|$)")
 # someone else's relation: the word right before it is a person other than the user
 _OF_ANOTHER = re.compile(r"(?:孩子|儿子|女儿|闺女|老公|老婆|爱人|媳妇|[他她它]|[^我]的)的?$")
 
@@ -40,8 +56,12 @@ _OF_ANOTHER = re.compile(r"(?:孩子|儿子|女儿|闺女|老公|老婆|爱人|�
 def relations(question: str) -> list[str]:
     """The relations of :data:`RELATIONS` a question names of the user, longest first and
     each once (外孙女, not 外孙 again)."""
+    return _named(question, RELATIONS)
+
+
+def _named(question: str, words: frozenset[str]) -> list[str]:
     found: list[str] = []
-    for word in sorted(RELATIONS, key=len, reverse=True):
+    for word in sorted(words, key=len, reverse=True):
         at = question.find(word)
         if at < 0 or any(word in other for other in found):
             continue
@@ -54,3 +74,47 @@ def relations(question: str) -> list[str]:
 def spellings(relation: str) -> list[str]:
     """The words a chat may say the relation by: itself and its synonyms."""
     return [relation, *sorted(synonyms(relation))]
+
+
+def aliases(question: str, texts: Iterable[str]) -> list[str]:
+    """The names ``texts`` introduce for the people a question names by relation: "我未婚夫
+    多高" and a line 我未婚夫叫顾晨 give 顾晨, so the lines that only say 顾晨 (顾晨一米八二)
+    can be found. A name follows its relation (or one of its spellings), after at most 叫,
+    是 or a comma: a personal name (:func:`~convmem.text.segment.chinese_names`), a doubled
+    one (女儿欣欣) or what follows 叫 up to the clause's end. Names the question holds
+    already are left out."""
+    wanted = [
+        spelling
+        for word in _named(question, RELATIONS | FAMILY | _SPOKEN)
+        for spelling in spellings(word)
+    ]
+    if not wanted:
+        return []
+    found: dict[str, None] = {}
+    for text in texts:
+        for spelling in wanted:
+            start = text.find(spelling)
+            while start >= 0:
+                rest = text[start + len(spelling) : start + len(spelling) + 12]
+                gap = _INTRODUCES.match(rest)
+                after = rest[gap.end() if gap else 0 :]
+                name = _name_at(after, called="叫" in (gap.group() if gap else ""))
+                if name and name not in question:
+                    found[name] = None
+                start = text.find(spelling, start + 1)
+    return list(found)
+
+
+def _name_at(text: str, *, called: bool) -> str | None:
+    """The name ``text`` opens with, if any."""
+    for name in chinese_names(text[:4]):
+        if text.startswith(name):
+            return name
+    doubled = _DOUBLED.match(text)
+    if doubled:
+        return doubled.group()
+    if called:
+        match = _AFTER_CALLED.match(text)
+        if match:
+            return match.group()
+    return surname_opening(text)

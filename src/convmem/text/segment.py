@@ -30,6 +30,7 @@ __all__ = [
     "keywords",
     "load_user_dict",
     "stem",
+    "surname_opening",
     "tokenize",
     "tokenizer_signature",
     "words",
@@ -344,6 +345,18 @@ def _posseg() -> Any:
     import jieba.posseg
 
     return jieba.posseg
+
+
+def surname_opening(text: str) -> str | None:
+    """The first two characters of ``text`` when they may open a personal name that
+    :func:`chinese_names` does not tag (李明哲今年三十三: jieba cuts 李明 哲): a common
+    surname, then a Chinese character, the two not a common word (高兴 is not a name).
+    Two characters are the bigram every mention of the name is indexed by."""
+    head = unicodedata.normalize("NFKC", text[:2])
+    if len(head) < 2 or head[0] not in _SURNAMES or not _HAS_CJK.match(head[1]):
+        return None
+    frequency = _jieba().dt.FREQ
+    return head if (frequency.get(head) or 0) < _COMMON_WORD else None
 
 
 def chinese_names(text: str) -> list[str]:
