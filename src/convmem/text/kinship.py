@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from convmem.text.segment import chinese_names, surname_opening
+from convmem.text.segment import NAME_INITIALS, chinese_names, surname_opening
 from convmem.text.synonyms import synonyms
 
 __all__ = ["FAMILY", "RELATIONS", "aliases", "relations", "spellings"]
@@ -90,7 +90,7 @@ def aliases(question: str, texts: Iterable[str]) -> list[str]:
     ]
     if not wanted:
         return []
-    found: dict[str, None] = {}
+    openings: dict[str, bool] = {}  # what follows a spelling -> whether 叫 came before it
     for text in texts:
         for spelling in wanted:
             start = text.find(spelling)
@@ -98,16 +98,28 @@ def aliases(question: str, texts: Iterable[str]) -> list[str]:
                 rest = text[start + len(spelling) : start + len(spelling) + 12]
                 gap = _INTRODUCES.match(rest)
                 after = rest[gap.end() if gap else 0 :]
-                name = _name_at(after, called="叫" in (gap.group() if gap else ""))
-                if name and name not in question:
-                    found[name] = None
+                if after:
+                    openings[after] = openings.get(after, False) or "叫" in (
+                        gap.group() if gap else ""
+                    )
                 start = text.find(spelling, start + 1)
+    # jieba's tagger once over every opening that can start a name (a common surname, 小,
+    # 阿 or 老): its cost is per call, not per character
+    tagged = set(
+        chinese_names("。".join(after[:4] for after in openings if after[:1] in NAME_INITIALS))
+    )
+    found: dict[str, None] = {}
+    for after, called in openings.items():
+        name = _name_at(after, called=called, tagged=tagged)
+        if name and name not in question:
+            found[name] = None
     return list(found)
 
 
-def _name_at(text: str, *, called: bool) -> str | None:
-    """The name ``text`` opens with, if any."""
-    for name in chinese_names(text[:4]):
+def _name_at(text: str, *, called: bool, tagged: set[str]) -> str | None:
+    """The name ``text`` opens with, if any: one of the ``tagged`` names, a doubled
+    character, what follows 叫, or a common surname and the next character."""
+    for name in sorted(tagged, key=len, reverse=True):
         if text.startswith(name):
             return name
     doubled = _DOUBLED.match(text)

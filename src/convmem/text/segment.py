@@ -331,6 +331,8 @@ _SURNAMES = frozenset(
     "顾毛郝龚邵万钱严覃武戴莫孔向汤欧柳岳"
 )
 _FAMILIAR = frozenset("小阿老")
+#: The characters a name :func:`chinese_names` finds can open with.
+NAME_INITIALS = _SURNAMES | _FAMILIAR
 _CJK_WORD = re.compile(rf"^[{_CJK}]{{2,3}}$")
 _HAS_CJK = re.compile(f"[{_CJK}]")
 # jieba's dictionary tags many common words as names (明白, 阳光, 老公 are "nr"); a word it
