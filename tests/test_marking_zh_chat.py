@@ -48,6 +48,7 @@ def test_chinese_small_talk_is_dropped_with_a_reason(text: str) -> None:
         "哦不对，他去年已经跳槽到小米了。",
         "我觉得楼下那家面馆最好吃，每周都去两次。",
         "护照明年过期",
+        "日本的机票太贵了，春节改去泰国普吉岛。",  # a judgement, then a changed plan
     ],
 )
 def test_short_or_casual_turns_with_information_are_kept(text: str) -> None:

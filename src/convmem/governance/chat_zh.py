@@ -70,7 +70,7 @@ def small_talk_zh(text: str) -> str | None:
 
     A turn is small talk when every clause is an acknowledgement or laughter, when it
     is chat about the conversation itself or a passing judgement without "我" ("那家餐厅
-    真不错"), or when a chatty turn (an acknowledgement, laughter or a closing particle
+    真不错"; every clause a judgement), or when a chatty turn (an acknowledgement, laughter or a closing particle
     such as 吧/啊) leaves after those clauses a
     short remark (fewer than 8 Chinese characters) naming no number, date, person or
     life event.
@@ -87,7 +87,9 @@ def small_talk_zh(text: str) -> str | None:
     anchored = _NUMBER.search(remainder) or _ANCHOR.search(remainder)
     # Only chatty turns: "护照明年过期" is short and plain, and a fact.
     chatty = len(rest) < len(clauses) or _LAUGHTER.search(text) or _PARTICLE_END.search(text)
-    if _VERDICT.search(remainder) and "我" not in remainder and not anchored:
+    # every clause a judgement: "日本的机票太贵了，春节改去泰国普吉岛" says a plan after it
+    judged = all(_VERDICT.search(clause) for clause in rest)
+    if judged and "我" not in remainder and not anchored:
         return "a passing judgement, nothing about the user"
     if chatty and len(_CJK.findall(remainder)) < 8 and not anchored:
         return "short remark without information"
