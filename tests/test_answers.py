@@ -6,6 +6,7 @@ import pytest
 
 from convmem import Memory
 from convmem.retrieve.evidence import turn_hits
+from convmem.text import tokenize
 from convmem.text.answers import KINDS, answer_kind, states
 from helpers import make_turns
 from test_evidence import _hit
@@ -23,6 +24,9 @@ from test_evidence import _hit
         ("胃镜现在约的是哪天？", "date"),
         ("林峰的生日是什么时候", "date"),
         ("婚宴最后定了多少桌？", "count"),
+        ("顾晨是哪里人？", "place"),
+        ("我表哥住在哪？", "place"),
+        ("我在哪上班？", None),  # a workplace is a company's name, not a place
         ("我最喜欢的菜是什么？", None),  # a preference: no kind of value
         ("How old is my cousin?", None),  # English questions are not read
         ("用户: 我今天好累\n助手: 怎么了\n用户: 明天几点开会来着", None),  # a window
@@ -47,11 +51,14 @@ def test_a_question_names_the_kind_of_value_it_asks_for(question: str, kind: str
         ("date", "思雨十月五号过生日", True),
         ("date", "他在华为做硬件工程师", False),
         ("count", "从30桌砍到26桌", True),
+        ("place", "他老家是江苏南通的，今年三十。", True),  # 江苏: a place in jieba's dictionary
+        ("place", "家住汉口区", True),
+        ("place", "他业余就爱打羽毛球。", False),
     ],
 )
 def test_a_line_states_a_value_of_a_kind(kind: str, line: str, holds: bool) -> None:
     assert kind in KINDS
-    assert states(kind, line) is holds
+    assert states(kind, line, tokenize(line)) is holds
 
 
 def test_the_line_holding_the_asked_kind_of_value_wins_a_tie() -> None:

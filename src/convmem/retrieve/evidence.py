@@ -541,7 +541,10 @@ def turn_hits(
     said = [named is not None and _speaker(unit) == named for unit in units]
     kind = answer_kind(query)
     answer_share = answer_weight if kind is not None else 0.0
-    typed = [kind is not None and states(kind, _spoken(unit)) for unit in units]
+    typed = [
+        kind is not None and states(kind, _spoken(unit), document)
+        for unit, document in zip(units, documents, strict=True)
+    ]
     for unit, match, tokens, cosine, vector_part, by_named, holds in zip(
         units, matches, labelled, similarity, parts, said, typed, strict=True
     ):

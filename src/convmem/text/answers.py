@@ -18,9 +18,11 @@ no one value.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from convmem.text.clean import is_mostly_cjk
 from convmem.text.questions import is_window
+from convmem.text.segment import is_place
 
 __all__ = ["KINDS", "answer_kind", "states"]
 
@@ -69,6 +71,15 @@ KINDS: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {
             rf"\d{{1,2}}[/.-]\d{{1,2}}"
         ),
     ),
+    # where someone is from or lives: a line naming a place (杭州, 海淀区, 江苏南通) or a
+    # street, district or town; not "在哪上班" (a workplace is a company's name)
+    "place": (
+        re.compile(
+            r"哪里人|哪儿人|哪的人|老家|籍贯|家乡|住在哪|住哪|搬到哪|搬去哪|哪个城市|哪座城市|"
+            r"哪个区|哪个省|什么地方|地址|住址"
+        ),
+        re.compile(r"[\u4e00-\u9fff](?:省|市|区|县|镇|村|路|街|小区|胡同)"),
+    ),
     "count": (
         re.compile(
             r"几个|几位|几只|几条|几桌|几次|几家|几台|几辆|几本|几年|几天|多少个|多少人|多少桌|多少次|多久|多长时间"
@@ -91,6 +102,9 @@ def answer_kind(question: str) -> str | None:
     return None
 
 
-def states(kind: str, text: str) -> bool:
-    """Whether ``text`` holds a value of ``kind`` (a key of :data:`KINDS`)."""
-    return bool(KINDS[kind][1].search(text))
+def states(kind: str, text: str, words: Sequence[str] = ()) -> bool:
+    """Whether ``text`` holds a value of ``kind`` (a key of :data:`KINDS`); a place also
+    when one of its ``words`` (its search tokens) is one in jieba's dictionary."""
+    if KINDS[kind][1].search(text):
+        return True
+    return kind == "place" and any(is_place(word) for word in words)

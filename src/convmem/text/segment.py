@@ -349,6 +349,11 @@ def _posseg() -> Any:
     return jieba.posseg
 
 
+def is_place(word: str) -> bool:
+    """Whether jieba's dictionary tags ``word`` as a place name (``ns``: 杭州, 海淀区, 泰国)."""
+    return bool(_posseg().dt.word_tag_tab.get(word) == "ns")
+
+
 def surname_opening(text: str) -> str | None:
     """The first two characters of ``text`` when they may open a personal name that
     :func:`chinese_names` does not tag (李明哲今年三十三: jieba cuts 李明 哲): a common
