@@ -51,6 +51,18 @@ def make_turns(
     return out
 
 
+def chat_of(
+    memory: Memory, facts: Sequence[str], noise: str, *, count: int = 8, user_only: bool = False
+) -> dict[str, str]:
+    """A conversation "c" of ``facts`` then ``count`` noise lines (``noise`` formatted with
+    n), indexed; its scope filter. ``user_only``: every turn the user's."""
+    texts = [*facts, *(noise.format(n=n) for n in range(count))]
+    roles = ["user"] * len(texts) if user_only else None
+    memory.add_turns("c", make_turns(texts, roles=roles))
+    memory.flush()
+    return {"conversation_id": "c"}
+
+
 def live_chunks(
     memory: Memory, conversation_id: str | None = None
 ) -> dict[str, tuple[str, tuple[int, int]]]:

@@ -8,7 +8,7 @@ from convmem import Memory
 from convmem.retrieve.evidence import turn_hits
 from convmem.text import tokenize
 from convmem.text.answers import KINDS, answer_kind, states
-from helpers import make_turns
+from helpers import chat_of
 from test_evidence import _hit
 
 
@@ -79,15 +79,13 @@ def test_a_search_finds_the_age_among_lines_about_the_same_person(
 ) -> None:
     """Through the store: the age line is the longest of four about 张伟, so BM25 alone
     ranks it last of them; the answer weight brings it first."""
-    texts = [
+    facts = [
         "张伟在华为上班。",
         "张伟爱打羽毛球。",
         "张伟今年三十五了，还没结婚，家里催得紧，过年回家又要被念叨个没完。",
         "张伟住在杭州滨江。",
-        *[f"今天第{n}次加班，好累啊。" for n in range(8)],
     ]
-    memory.add_turns("c", make_turns(texts))
-    memory.flush()
+    chat_of(memory, facts, "今天第{n}次加班，好累啊。")
 
     def first() -> str:
         hits = memory.search("张伟多大了？", top_k=1, filters={"conversation_id": "c"}, min_score=0)

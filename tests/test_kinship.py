@@ -8,7 +8,7 @@ from convmem import Memory
 from convmem.retrieve import searcher
 from convmem.retrieve.calibration import relation_terms, unknown_relation
 from convmem.text.kinship import aliases, relations, spellings
-from helpers import make_turns
+from helpers import chat_of, make_turns
 
 
 @pytest.mark.parametrize(
@@ -45,14 +45,11 @@ def test_a_relation_the_conversation_never_says_is_unknown() -> None:
 
 
 def test_asking_about_a_relative_the_chat_never_mentions_finds_nothing(memory: Memory) -> None:
-    texts = [
-        "我妈今年六十二岁了，身体还挺硬朗。",
-        "我表哥张伟在华为做硬件工程师。",
-        *[f"今天第{n}次加班，好累啊。" for n in range(8)],
-    ]
-    memory.add_turns("c", make_turns(texts))
-    memory.flush()
-    scope = {"conversation_id": "c"}
+    scope = chat_of(
+        memory,
+        ["我妈今年六十二岁了，身体还挺硬朗。", "我表哥张伟在华为做硬件工程师。"],
+        "今天第{n}次加班，好累啊。",
+    )
     mother = memory.search("我妈妈今年多大了？", top_k=3, filters=scope)
     assert mother and "六十二" in mother[0].text
     assert "unknown_name" not in mother[0].metadata["evidence"]
