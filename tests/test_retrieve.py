@@ -20,7 +20,7 @@ from convmem.errors import InvalidInputError
 from convmem.models import Hit
 from convmem.retrieve import PreRetrieval, Router, build_pipeline
 from convmem.retrieve.hierarchy import RetrievalResult, merge_results
-from convmem.text import split_questions, without_recall_frame
+from convmem.text import asked_part, split_questions, without_recall_frame
 from helpers import make_turns
 
 
@@ -496,6 +496,31 @@ def test_search_reads_a_framed_question_as_the_question(filled: Memory) -> None:
     plain = filled.search("护照什么时候过期", filters=scope, min_score=0)
     framed = filled.search("你还记得护照什么时候过期吗", filters=scope, min_score=0)
     assert plain and [(h.metadata["turn_range"], h.score) for h in framed] == [
+        (h.metadata["turn_range"], h.score) for h in plain
+    ]
+
+
+def test_asked_part_drops_the_news_a_message_wraps_its_question_in() -> None:
+    assert (
+        asked_part("我昨天吃了火锅，好辣。对了，张伟在哪家公司上班？")
+        == "对了，张伟在哪家公司上班？"
+    )
+    assert asked_part("今天天气真好！我表哥多大了") == "我表哥多大了"  # 多大 asks
+    assert asked_part("I went hiking today. Where do I live?") == "Where do I live?"
+    for unchanged in (
+        "张伟在哪家公司上班？",  # one sentence
+        "最近好累啊。",  # nothing asks
+        "你在吗？我表哥多大了？",  # every sentence asks
+        "Would Tim enjoy books by C. S. Lewis?",  # initials end no sentence
+    ):
+        assert asked_part(unchanged) == unchanged
+
+
+def test_search_reads_a_question_wrapped_in_news_as_the_question(filled: Memory) -> None:
+    scope = {"conversation_id": "c"}
+    plain = filled.search("护照什么时候过期", filters=scope, min_score=0)
+    wrapped = filled.search("今天下雨了，出门要带伞。护照什么时候过期", filters=scope, min_score=0)
+    assert plain and [(h.metadata["turn_range"], h.score) for h in wrapped] == [
         (h.metadata["turn_range"], h.score) for h in plain
     ]
 

@@ -50,6 +50,7 @@ from convmem.store.ann import AnnIndex
 from convmem.store.filters import FilterSpec
 from convmem.text import (
     DIALOGUE_LINES,
+    asked_part,
     clean_text,
     is_window,
     split_questions,
@@ -167,8 +168,9 @@ class HybridSearcher:
 
     def _search(self, request: SearchRequest) -> list[Hit]:
         if not is_window(request.query_text):
-            # "你还记得…吗": the frame is no part of what is asked
-            asked = without_recall_frame(request.query_text)
+            # "你还记得…吗": the frame is no part of what is asked, nor is the news of the
+            # day a message wraps its question in ("我昨天吃了火锅。对了，张伟在哪上班？")
+            asked = asked_part(without_recall_frame(request.query_text))
             if asked != request.query_text:
                 request = replace(request, query_text=asked)
         spec = parse_filters(request.filters, tenant=request.tenant)

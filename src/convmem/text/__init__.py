@@ -2,11 +2,18 @@
 
 from convmem.text import bm25, segment
 from convmem.text.clean import clean_text, is_mostly_cjk
-from convmem.text.questions import DIALOGUE_LINES, is_window, split_questions, without_recall_frame
+from convmem.text.questions import (
+    DIALOGUE_LINES,
+    asked_part,
+    is_window,
+    split_questions,
+    without_recall_frame,
+)
 from convmem.text.segment import *  # noqa: F403 (the names in segment.__all__)
 
 __all__ = [
     "DIALOGUE_LINES",
+    "asked_part",
     "bm25",
     "clean_text",
     "is_mostly_cjk",

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["DIALOGUE_LINES", "MAX_PARTS", "is_window", "split_questions", "without_recall_frame"]
+from convmem.text.clean import is_mostly_cjk
+
+__all__ = [
+    "DIALOGUE_LINES",
+    "MAX_PARTS",
+    "asked_part",
+    "is_window",
+    "split_questions",
+    "without_recall_frame",
+]
 
 DIALOGUE_LINES = 3
 MAX_PARTS = 4
@@ -52,6 +61,34 @@ def without_recall_frame(question: str) -> str:
         return question
     rest = _FRAME_END.sub(lambda match: match.group(1), rest).strip()
     return rest if _WORD.search(rest) else question
+
+
+# a sentence ends at a full stop or an exclamation, Chinese or not (a question mark ends a
+# question: split_questions reads those); an English full stop after a word, not after an
+# initial or a title (C. S. Lewis, Dr. Seuss)
+_SENTENCE = re.compile(r"(?<=[。！!…])\s*|(?<=[a-z0-9]{2}[.])\s+")
+
+
+def asked_part(question: str) -> str:
+    """The sentences of a message that ask something, when it also says things that ask
+    nothing: "我昨天吃了火锅，好辣。对了，张伟在哪家公司上班？" → "对了，张伟在哪家公司上班？".
+    Chat wraps a question in news of the day, whose words would pull the search towards
+    lines about hotpot. A message whose every sentence asks, or none, comes back whole."""
+    sentences = [part for part in _SENTENCE.split(question.strip()) if _WORD.search(part)]
+    if len(sentences) < 2:
+        return question
+    asking = [sentence for sentence in sentences if _question_sentence(sentence)]
+    if not asking or len(asking) == len(sentences):
+        return question
+    return "".join(asking) if is_mostly_cjk(question) else " ".join(asking)
+
+
+def _question_sentence(sentence: str) -> bool:
+    return _asks(sentence) or bool(_ALSO_ASKS.search(sentence))
+
+
+# what else marks a question: its mark, and 多大 / 多高 / 多久 (how old, tall, long)
+_ALSO_ASKS = re.compile(r"[？?]\s*$|多[大高久远重长宽深]")
 
 
 def is_window(query: str) -> bool:
