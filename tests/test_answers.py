@@ -7,7 +7,7 @@ import pytest
 from convmem import Memory
 from convmem.retrieve.evidence import turn_hits
 from convmem.text import tokenize
-from convmem.text.answers import KINDS, answer_kind, states
+from convmem.text.answers import KINDS, answer_kind, asks_current, changes, states
 from helpers import chat_of
 from test_evidence import _hit
 
@@ -94,3 +94,20 @@ def test_a_search_finds_the_age_among_lines_about_the_same_person(
     assert "三十五" in first()
     monkeypatch.setitem(turn_hits.__kwdefaults__, "answer_weight", 0.0)
     assert "三十五" not in first()
+
+
+def test_a_question_about_the_current_value_prefers_the_line_that_says_it_changed() -> None:
+    assert asks_current("我现在住在哪个区？") and asks_current("我未婚夫的新东家是哪家？")
+    assert not asks_current("我住在哪个区？") and not asks_current("Where do I live now?")
+    assert changes("又搬家了，这次搬到了滨江") and changes("胃镜改到4月13号")
+    assert not changes("我住在西湖区，离公司很近")
+    chunk = _hit(
+        "a", 1.0, ["用户: 我住在西湖区，离公司很近。", "用户: 又搬家了，这次搬到了滨江区。"], [0, 1]
+    )
+
+    def first(query: str, weight: float) -> str:
+        return turn_hits([chunk], query, 2, update_weight=weight)[0].text
+
+    assert "滨江" in first("我现在住在哪个区？", 0.3)
+    assert "西湖" in first("我现在住在哪个区？", 0.0)
+    assert "西湖" in first("我住在哪个区？", 0.3)  # not asked as of now: the text decides

@@ -13,6 +13,10 @@ whether a line holds a value of that kind. Only one-line Chinese questions are r
 English chat keeps dates in its session header ("When did Caroline…" is answered by a line
 without a date), which a line-level rule would get wrong, and a dialogue window asks for
 no one value.
+
+A question may also ask for a value as it is now (:func:`asks_current`: "我现在住在哪"),
+after the chat said it changed; the line that says so (:func:`changes`: 搬到, 改到, 跳槽)
+is the later statement, which holds the current value.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from convmem.text.clean import is_mostly_cjk
 from convmem.text.questions import is_window
 from convmem.text.segment import is_place
 
-__all__ = ["KINDS", "answer_kind", "states"]
+__all__ = ["KINDS", "answer_kind", "asks_current", "changes", "states"]
 
 _NUMERAL = r"[0-9０-９零一二两三四五六七八九十百千万几半]"
 
@@ -108,3 +112,25 @@ def states(kind: str, text: str, words: Sequence[str] = ()) -> bool:
     if KINDS[kind][1].search(text):
         return True
     return kind == "place" and any(is_place(word) for word in words)
+
+
+# a line that says a value changed: the later statement, which holds the current value
+_CHANGED = re.compile(
+    r"改成|改到|改去|改在|改为|改了|换成|换了|换到|搬到|搬去|搬家|搬走|跳槽|推迟|提前到|延期|"
+    r"取消了|不再|改日子|改期|调到|调成|升职|离职|辞职|转学"
+)
+
+
+def changes(text: str) -> bool:
+    """Whether a line says that something changed (改到, 搬到, 跳槽, 推迟…)."""
+    return bool(_CHANGED.search(text))
+
+
+# what asks for the value as it is now, after any change
+_CURRENT = re.compile(r"现在|目前|如今|最新|新的|新家|新单位|新东家|新工作|最近|后来|改")
+
+
+def asks_current(question: str) -> bool:
+    """Whether a one-line Chinese question asks for a value as it is now ("我现在住在哪",
+    "我未婚夫的新东家是哪家"): the line that says it changed (:func:`changes`) holds it."""
+    return is_mostly_cjk(question) and not is_window(question) and bool(_CURRENT.search(question))
