@@ -32,6 +32,7 @@ from convmem import HashingEmbedder, Memory
 from convmem.store import parse_filters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reports import save
 from speed import build_store, corpus_turns, pct
 
 
@@ -409,9 +410,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     result = bench_ingest(args) if args.what == "ingest" else bench_search(args)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    save(result, args.out)
     return 0
 
 

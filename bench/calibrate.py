@@ -53,6 +53,7 @@ from convmem.retrieve.calibration import (
 )
 from facts_zh import DATA_FILE, unrelated
 from facts_zh_data import UNRELATED_QUESTIONS
+from reports import save
 from retrieval import DATA, evidence_ids
 
 GENERAL_EN = [
@@ -632,9 +633,7 @@ def main() -> int:
         "fitted_table": table(cases, fitted, args.thresholds),
     }
     print(json.dumps(report, ensure_ascii=False, indent=1))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    save(report, args.out)
     return 0 if math.isfinite(sum(vector)) else 1
 
 

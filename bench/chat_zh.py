@@ -42,6 +42,7 @@ from convmem.governance import GovernancePolicy
 from facts_zh import _bm25_turns, _hit_turns, filled_memory
 from facts_zh_data import UNRELATED_QUESTIONS
 from marking import effective_keep
+from reports import save
 from retrieval import recall_at
 
 DATA_FILES = sorted((Path(__file__).resolve().parent / "data").glob("chat_zh_indep_*.jsonl"))
@@ -159,9 +160,7 @@ def main() -> int:
         args.data = ENTITY_FILES
     report = run(args)
     print(json.dumps(report, ensure_ascii=False, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    save(report, args.out)
     return 0
 
 

@@ -47,6 +47,7 @@ from convmem.embed import HashingEmbedder, resolve_embedder  # noqa: E402
 from convmem.embed.base import Vectors, embed_query, fusion_weight, normalise_rows  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reports import save  # noqa: E402
 from retrieval import _madial  # noqa: E402  (one MADial reader for every bench script)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
@@ -333,9 +334,7 @@ def main() -> int:
     for name in args.candidates:
         for threads in args.threads:
             report["candidates"][f"{name}@{threads}"] = run(name, factories[name], threads, args)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", "utf-8")
+    save(report, args.out)
     return 0
 
 

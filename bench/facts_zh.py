@@ -39,6 +39,7 @@ from convmem import Memory
 from convmem.embed import resolve_embedder
 from convmem.text import bm25, clean_text, tokenize
 from facts_zh_data import FACTS, NOISE_ASSISTANT, NOISE_USER, PEOPLE, POOLS, UNRELATED_QUESTIONS
+from reports import save
 from retrieval import recall_at
 
 DATA_FILE = Path(__file__).resolve().parent / "data" / "facts_zh.jsonl"
@@ -376,9 +377,7 @@ def main() -> int:
     runs = {"compound": run_compound, "framed": run_framed}
     report = runs.get(args.command, run)(args)
     print(json.dumps(report, ensure_ascii=False, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    save(report, args.out)
     return 0
 
 

@@ -42,6 +42,7 @@ from convmem.ingest.formats import locomo_conversation
 from convmem.retrieve.evidence import FEATURES, RANKER_WEIGHT, LineFeatures
 from convmem.retrieve.ranker import Ranker
 from facts_zh import DATA_FILE
+from reports import save
 from retrieval import DATA, evidence_ids, recall_at
 
 # (set, group, question, conversation_id, evidence seqs); group is the LoCoMo conversation
@@ -229,9 +230,7 @@ def main() -> int:
                 print(json.dumps({f"weight {weight}": rows}, ensure_ascii=False), flush=True)
     literal = ", ".join(f"{w}" for w in final.weights)
     print(f'Ranker("{embedder.model_id}", {final.bias}, ({literal}))')
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    save(report, args.out)
     return 0 if all(math.isfinite(w) for w in final.weights) else 1
 
 

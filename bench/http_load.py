@@ -36,6 +36,8 @@ from typing import Any
 
 import httpx
 
+from reports import save
+
 TEXTS = [
     "我下个月要去东京出差，大概待五天。",
     "好的，请问您的护照有效期还够吗？",
@@ -111,9 +113,7 @@ def main() -> int:
     else:
         reports = {worker: run(args, worker) for worker in args.workers}
     print(json.dumps(reports, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(reports, indent=2), encoding="utf-8")
+    save(reports, args.out, ascii_only=True)
     return 0
 
 

@@ -36,6 +36,7 @@ from typing import Any
 from convmem.governance import GovernancePolicy, MarkTurn, RuleMarker, TurnMark, derive
 from convmem.governance.policy import DAY
 from convmem.ingest.formats import locomo_conversation
+from reports import save
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "eval" / "data"
@@ -279,9 +280,7 @@ def main() -> int:
     print(json.dumps({"chat_set": report["chat_set"]}, ensure_ascii=False, indent=2))
     if args.retrieval:
         report["retrieval"] = run_retrieval(args.embedder, args.thresholds)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    save(report, args.out)
     return 0
 
 

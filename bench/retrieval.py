@@ -32,6 +32,7 @@ from convmem.governance import KeepAllMarker, RuleMarker
 from convmem.ingest import ChunkingPolicy
 from convmem.ingest.formats import locomo_conversation
 from convmem.retrieve import PreRetrieval
+from reports import save
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
 BUDGETS = (5, 10, 25)
@@ -331,9 +332,7 @@ def main() -> int:
         if "locomo" in wanted:
             report["locomo"] = run_locomo(args.embedder, args.modes, workdir, marker=args.marker)
             print(json.dumps({"locomo": report["locomo"]}, ensure_ascii=False), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    save(report, args.out)
     return 0
 
 

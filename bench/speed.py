@@ -30,6 +30,7 @@ from convmem.ingest.formats import locomo_conversation
 from convmem.models import ChunkMetadata, ChunkRecord
 from convmem.store import IndexedChunk
 from convmem.text import tokenize
+from reports import save
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
 
@@ -372,9 +373,7 @@ def main() -> int:
     else:
         result = bench_minilm(args.conversations, args.repeats)
     print(json.dumps(result, ensure_ascii=False), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    save(result, args.out)
     return 0
 
 
