@@ -70,10 +70,10 @@ def small_talk_zh(text: str) -> str | None:
 
     A turn is small talk when every clause is an acknowledgement or laughter, when it
     is chat about the conversation itself or a passing judgement without "我" ("那家餐厅
-    真不错"; every clause a judgement), or when a chatty turn (an acknowledgement, laughter or a closing particle
-    such as 吧/啊) leaves after those clauses a
-    short remark (fewer than 8 Chinese characters) naming no number, date, person or
-    life event.
+    真不错"; every clause a judgement), or when a chatty turn (an acknowledgement,
+    laughter or a closing particle such as 吧/啊) leaves after those clauses a short
+    remark (fewer than 8 Chinese characters) naming no number, date, person or life
+    event.
     """
     if not _CJK.search(text):
         return None

@@ -523,7 +523,8 @@ def turn_hits(
     if not units:
         return []
     weights = bm25.query_weights(tokenize(query), QUERY_TERMS)
-    documents = [_tokens(_spoken(unit)) for unit in units]
+    lines = [_spoken(unit) for unit in units]
+    documents = [_tokens(line) for line in lines]
     lexical = bm25.rank(weights, documents)
     # coverage reads each line with its speaker label, and its whole chunk
     labelled = [_tokens(unit.text) for unit in units]
@@ -548,24 +549,24 @@ def turn_hits(
     evidence: list[Evidence] = []
     said = [named is not None and _speaker(unit) == named for unit in units]
     kind = answer_kind(query)
+    current = asks_current(query)
     answer_share = answer_weight if kind is not None else 0.0
-    typed = [
-        kind is not None and states(kind, _spoken(unit), document)
-        for unit, document in zip(units, documents, strict=True)
+    update_share = update_weight if current else 0.0
+    # each line's parts by rule: the named speaker's line, a line holding the kind of value
+    # asked for, a line saying the value asked for now changed
+    ruled = [
+        (speaker_share if by_named else 0.0)
+        + (answer_share if kind is not None and states(kind, line, document) else 0.0)
+        + (update_share if current and changes(line) else 0.0)
+        for line, document, by_named in zip(lines, documents, said, strict=True)
     ]
-    update_share = update_weight if asks_current(query) else 0.0
-    changed = [update_share > 0 and changes(_spoken(unit)) for unit in units]
-    for unit, match, tokens, cosine, vector_part, by_named, holds, later in zip(
-        units, matches, labelled, similarity, parts, said, typed, changed, strict=True
+    rules = speaker_share + answer_share + update_share
+    for unit, match, tokens, cosine, vector_part, by_rule in zip(
+        units, matches, labelled, similarity, parts, ruled, strict=True
     ):
-        score = (
-            unit.hit.score
-            + weight * match
-            + share * vector_part
-            + (speaker_share if by_named else 0.0)
-            + (answer_share if holds else 0.0)
-            + (update_share if later else 0.0)
-        ) / (1.0 + weight + share + speaker_share + answer_share + update_share)
+        score = (unit.hit.score + weight * match + share * vector_part + by_rule) / (
+            1.0 + weight + share + rules
+        )
         found = Evidence(coverage(weights, idfs, tokens), cosine, context[unit.hit.chunk_id])
         if relevance is not None:
             score = (score + relevance_weight * relevance(found)) / (1.0 + relevance_weight)

@@ -150,14 +150,17 @@ class HybridSearcher:
         words: Sequence[str],
         pool: int,
         width: int,
-    ) -> tuple[list[tuple[int, float]], dict[int, tuple[str, str, dict[str, Any]]]]:
-        """Add a lexical ranking of more ``words`` for the question to ``rankings``; the
-        fused window again and its rows."""
+        lexical_query: str,
+    ) -> tuple[str, list[tuple[int, float]], dict[int, tuple[str, str, dict[str, Any]]]]:
+        """Add a lexical ranking of more ``words`` for the question to ``rankings``: the
+        lexical query with them (the turns' own BM25 reads them too), the fused window
+        again and its rows."""
         tokens = tokenize(" ".join(words))
         ranking, _ = self.store.lexical_in_scope(request.tenant, spec, tokens, pool, [])
         rankings.append((1.0, ranking))
         window = fuse(self.fusion, rankings)[:width]
-        return window, self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
+        rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
+        return f"{lexical_query} {' '.join(words)}", window, rows
 
     @staticmethod
     def _mostly_english(rows: dict[int, Any]) -> bool:
@@ -207,25 +210,24 @@ class HybridSearcher:
         lexical_query = query
         language = question_language(query)
         chinese = mode != "vector" and language == "zh"
-        # a dialogue window keeps its own words (on MADial their synonyms moved R@1 .311
-        # -> .286)
-        extra = synonyms_in(query) if chinese and not is_window(query) else []
+        # a one-line Chinese question; a dialogue window keeps its own words (on MADial
+        # their synonyms moved R@1 .311 -> .286)
+        one_line = chinese and not is_window(query)
+        extra = synonyms_in(query) if one_line else []
         if extra:
             # the other words chat has for a Chinese question's kin, days and everyday
             # things (父母: 爸妈; 早晨: 早上): a ranking of their own for the chunk candidates,
             # and words of the turns' own BM25
-            lexical_query = f"{query} {' '.join(extra)}"
-            window, rows = self._widen(request, spec, rankings, extra, pool, width)
-        known_as = (
-            aliases(query, [row[1] for row in rows.values()])
-            if chinese and rows and not is_window(query)
-            else []
-        )
+            lexical_query, window, rows = self._widen(
+                request, spec, rankings, extra, pool, width, lexical_query
+            )
+        known_as = aliases(query, [row[1] for row in rows.values()]) if one_line and rows else []
         if known_as:
             # the names the chat gives the people the question names by relation (我未婚夫
             # 叫顾晨: "我未婚夫多高" also looks for 顾晨一米八二), as more words
-            lexical_query = f"{lexical_query} {' '.join(known_as)}"
-            window, rows = self._widen(request, spec, rankings, known_as, pool, width)
+            lexical_query, window, rows = self._widen(
+                request, spec, rankings, known_as, pool, width, lexical_query
+            )
         if chinese and rows and self._mostly_english(rows):
             # English memory of a Chinese question: its words can match the question's
             # words in English ("Melanie画日出是什么时候" -> paint, sunrise), in the chunk
@@ -234,8 +236,9 @@ class HybridSearcher:
             # already finds the evidence: they cost top-5 hits.
             translation = question_terms(query).translation
             if translation:
-                lexical_query = f"{lexical_query} {' '.join(translation)}"
-                window, rows = self._widen(request, spec, rankings, translation, pool, width)
+                lexical_query, window, rows = self._widen(
+                    request, spec, rankings, translation, pool, width, lexical_query
+                )
         metadata = {rowid: row[2] for rowid, row in rows.items()}
         chosen = window if turns else diverse(window, metadata, request.top_k)
         hits = [

@@ -15,7 +15,7 @@ another word (孩子奶奶 is the user's 婆婆).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from convmem.text.segment import NAME_INITIALS, chinese_names, surname_opening
 from convmem.text.synonyms import synonyms
@@ -53,15 +53,21 @@ _AFTER_CALLED = re.compile(r"^[\u4e00-\u9fff]{2,3}(?=[，,。.！!？?、\s]|$)"
 _OF_ANOTHER = re.compile(r"(?:孩子|儿子|女儿|闺女|老公|老婆|爱人|媳妇|[他她它]|[^我]的)的?$")
 
 
+# the words looked for in a question, longest first (外孙女 before 外孙), sorted once
+_RELATIONS_FIRST = tuple(sorted(RELATIONS, key=len, reverse=True))
+_NAMED_FIRST = tuple(sorted(RELATIONS | FAMILY | _SPOKEN, key=len, reverse=True))
+
+
 def relations(question: str) -> list[str]:
     """The relations of :data:`RELATIONS` a question names of the user, longest first and
     each once (外孙女, not 外孙 again)."""
-    return _named(question, RELATIONS)
+    return _named(question, _RELATIONS_FIRST)
 
 
-def _named(question: str, words: frozenset[str]) -> list[str]:
+def _named(question: str, words: Sequence[str]) -> list[str]:
+    """Those of ``words`` (longest first) the question names of the user, each once."""
     found: list[str] = []
-    for word in sorted(words, key=len, reverse=True):
+    for word in words:
         at = question.find(word)
         if at < 0 or any(word in other for other in found):
             continue
@@ -83,11 +89,7 @@ def aliases(question: str, texts: Iterable[str]) -> list[str]:
     是 or a comma: a personal name (:func:`~convmem.text.segment.chinese_names`), a doubled
     one (女儿欣欣) or what follows 叫 up to the clause's end. Names the question holds
     already are left out."""
-    wanted = [
-        spelling
-        for word in _named(question, RELATIONS | FAMILY | _SPOKEN)
-        for spelling in spellings(word)
-    ]
+    wanted = [spelling for word in _named(question, _NAMED_FIRST) for spelling in spellings(word)]
     if not wanted:
         return []
     openings: dict[str, bool] = {}  # what follows a spelling -> whether 叫 came before it
@@ -96,12 +98,11 @@ def aliases(question: str, texts: Iterable[str]) -> list[str]:
             start = text.find(spelling)
             while start >= 0:
                 rest = text[start + len(spelling) : start + len(spelling) + 12]
-                gap = _INTRODUCES.match(rest)
-                after = rest[gap.end() if gap else 0 :]
+                gap = _INTRODUCES.match(rest)  # matches everywhere, if only nothing
+                skipped = gap.group() if gap else ""
+                after = rest[len(skipped) :]
                 if after:
-                    openings[after] = openings.get(after, False) or "叫" in (
-                        gap.group() if gap else ""
-                    )
+                    openings[after] = openings.get(after, False) or "叫" in skipped
                 start = text.find(spelling, start + 1)
     # jieba's tagger once over every opening that can start a name (a common surname, 小,
     # 阿 or 老): its cost is per call, not per character

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "NAME_INITIALS",
     "TOKENIZER_VERSION",
     "chinese_names",
     "fold",
+    "is_place",
     "keywords",
     "load_user_dict",
     "stem",
