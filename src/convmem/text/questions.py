@@ -67,6 +67,8 @@ def without_recall_frame(question: str) -> str:
 # question: split_questions reads those); an English full stop after a word, not after an
 # initial or a title (C. S. Lewis, Dr. Seuss)
 _SENTENCE = re.compile(r"(?<=[。！!…])\s*|(?<=[a-z0-9]{2}[.])\s+")
+# what else marks a question: its mark, and 多大 / 多高 / 多久 (how old, tall, long)
+_ALSO_ASKS = re.compile(r"[？?]\s*$|多[大高久远重长宽深]")
 
 
 def asked_part(question: str) -> str:
@@ -85,10 +87,6 @@ def asked_part(question: str) -> str:
 
 def _question_sentence(sentence: str) -> bool:
     return _asks(sentence) or bool(_ALSO_ASKS.search(sentence))
-
-
-# what else marks a question: its mark, and 多大 / 多高 / 多久 (how old, tall, long)
-_ALSO_ASKS = re.compile(r"[？?]\s*$|多[大高久远重长宽深]")
 
 
 def is_window(query: str) -> bool:
