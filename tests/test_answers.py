@@ -113,3 +113,26 @@ def test_a_question_about_the_current_value_prefers_the_line_that_says_it_change
     assert "滨江" in first("我现在住在哪个区？", 0.3)
     assert "西湖" in first("我现在住在哪个区？", 0.0)
     assert "西湖" in first("我住在哪个区？", 0.3)  # not asked as of now: the text decides
+
+
+def test_the_update_of_the_best_line_ranks_just_above_it() -> None:
+    # the update names the pool (西乡), not the question's words (游泳课, 星期几)
+    lines = [
+        "用户: 送乐乐去游泳 每周六早上九点在西乡体育中心上课",
+        "用户: 开会改到周五了",  # a change, but of something else
+        "用户: 今天不用去西乡了 教练说以后都改成周日下午三点",
+    ]
+    chunk = _hit("a", 1.0, lines, [0, 1, 2])
+
+    def order(query: str) -> list[str]:
+        hits = turn_hits([chunk], query, 3, update_weight=0.0, answer_weight=0.0)
+        return [hit.text for hit in hits]
+
+    now = order("乐乐的游泳课现在是星期几？")
+    assert now[0] == lines[2] and now[1] == lines[0]
+    assert now[2] == lines[1]  # sharing no rare word with the best line, it stays below
+    assert order("乐乐的游泳课是星期几？")[0] == lines[0]  # not asked as of now
+
+    earlier = _hit("b", 1.0, [lines[2], lines[0]], [0, 1])  # the change came first
+    hits = turn_hits([earlier], "乐乐的游泳课现在是星期几？", 2, update_weight=0.0)
+    assert hits[0].text == lines[0]
