@@ -77,6 +77,8 @@ def test_the_names_a_chat_gives_a_relation_are_found() -> None:
     assert aliases("我妈住哪？", lines) == []  # 高兴 is a word, not a name
     assert aliases("顾晨多高？", lines) == []  # no relation asked
     assert aliases("周文斌的女儿在哪读书？", lines) == []  # someone else's daughter
+    # the children's father is the user's husband: 孩子她爸 is spelled 老公 too
+    assert aliases("孩子她爸多大年纪？", ["我老公陈磊在海康威视做算法工程师。"]) == ["陈磊"]
 
 
 def test_a_question_by_relation_finds_the_lines_that_only_say_the_name(

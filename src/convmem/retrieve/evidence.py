@@ -599,19 +599,20 @@ def _updated(units: Sequence[_Unit], lines: Sequence[str], scores: Sequence[floa
     """``scores`` with the update of the best line just above it, for a question that asks
     for the current value: a later line of the same conversation that says something
     changed (:func:`~convmem.text.answers.changes`) and shares a rare word with the best
-    line (one that at most :data:`UPDATE_SHARED` candidate lines say). An update names what
-    changed by the thing it is about (西乡, the pool), not by the question's words, so the
-    question alone does not find it."""
+    line (one that at most :data:`UPDATE_SHARED` candidate turns say, each turn counted once
+    however many chunks hold it). An update names what changed by the thing it is about
+    (西乡, the pool), not by the question's words, so the question alone does not find it."""
     turns = [i for i, unit in enumerate(units) if unit.seq is not None]
     if not turns:
         return list(scores)
+    said = {i: frozenset(_words(lines[i])) for i in turns}
+    held: dict[str, set[tuple[Any, int | None]]] = {}
+    for i in turns:
+        key = (units[i].hit.metadata.get("conversation_id"), units[i].seq)
+        for word in said[i]:
+            held.setdefault(word, set()).add(key)
     best = max(turns, key=lambda i: scores[i])
-    said = [frozenset(_words(lines[i])) if i in turns else frozenset() for i in range(len(units))]
-    held: dict[str, int] = {}
-    for found in said:
-        for word in found:
-            held[word] = held.get(word, 0) + 1
-    rare = {word for word in said[best] if held[word] <= UPDATE_SHARED}
+    rare = {word for word in said[best] if len(held[word]) <= UPDATE_SHARED}
     anchor = units[best]
     conversation = anchor.hit.metadata.get("conversation_id")
     out = list(scores)
