@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from convmem import Memory
-from convmem.retrieve.evidence import turn_hits
+from convmem.retrieve.evidence import LineFeatures, turn_hits
 from convmem.text import tokenize
 from convmem.text.answers import KINDS, answer_kind, asks_current, changes, states
 from helpers import chat_of
@@ -136,3 +138,26 @@ def test_the_update_of_the_best_line_ranks_just_above_it() -> None:
     earlier = _hit("b", 1.0, [lines[2], lines[0]], [0, 1])  # the change came first
     hits = turn_hits([earlier], "乐乐的游泳课现在是星期几？", 2, update_weight=0.0)
     assert hits[0].text == lines[0]
+
+
+def test_a_ranker_reads_whether_a_line_answers_and_whether_it_says_a_change() -> None:
+    lines = [
+        "用户: 我住在西湖区，离公司很近。",
+        "用户: 又搬家了，这次搬到了滨江区。",
+        "用户: 今天好累",
+    ]
+    chunk = _hit("a", 1.0, lines, [0, 1, 2])
+    seen: dict[str, list[LineFeatures]] = {}
+
+    def features(query: str) -> list[tuple[float, float]]:
+        def recorder(found: Sequence[LineFeatures]) -> list[float]:
+            seen[query] = list(found)
+            return [0.0] * len(found)
+
+        turn_hits([chunk], query, 3, ranker=recorder)
+        return [(line.answers, line.changes) for line in seen[query]]
+
+    # a place asked for: the two lines naming a district hold one; only the move changes
+    assert features("我现在住在哪个区？") == [(1.0, 0.0), (1.0, 1.0), (0.0, 0.0)]
+    assert features("我住在哪个区？") == [(1.0, 0.0), (1.0, 0.0), (0.0, 0.0)]  # not as of now
+    assert features("我最喜欢什么？") == [(0.0, 0.0)] * 3  # no kind of value asked

@@ -150,7 +150,10 @@ class LineFeatures(NamedTuple):
     ``following``: the cosine of the line before / after it in its chunk (its own at a
     chunk's edge); ``asks``: 1 when it is a question; ``length``: ln(1 + its tokens);
     ``first``: 1 when it opens its chunk; ``dated``: 1 when the question names a date
-    (:func:`~convmem.text.dates.date_span`) and its chunk was said then."""
+    (:func:`~convmem.text.dates.date_span`) and its chunk was said then; ``answers``: 1
+    when it holds a value of the kind the question asks for
+    (:func:`~convmem.text.answers.states`); ``changes``: 1 when the question asks for the
+    current value and the line says something changed."""
 
     seq: int | None
     chunk_id: str
@@ -166,6 +169,8 @@ class LineFeatures(NamedTuple):
     length: float
     first: float
     dated: float
+    answers: float
+    changes: float
 
     def vector(self) -> tuple[float, ...]:
         """The features in :data:`FEATURES` order (every field after ``chunk_id``)."""
@@ -420,6 +425,8 @@ def _line_features(
     asks: Sequence[bool],
     documents: Sequence[Sequence[str]],
     span: tuple[float, float] | None,
+    stated: Sequence[bool],
+    changed: Sequence[bool],
 ) -> list[LineFeatures]:
     """Every unit's :class:`LineFeatures`, for the ranker; ``span``: the time the question
     names (:func:`~convmem.text.dates.date_span`)."""
@@ -449,6 +456,8 @@ def _line_features(
                 math.log1p(len(documents[i])),
                 1.0 if unit.seq is not None and unit.index == 0 else 0.0,
                 dated[chunk_id],
+                1.0 if stated[i] else 0.0,
+                1.0 if changed[i] else 0.0,
             )
         )
     return out
@@ -566,11 +575,16 @@ def turn_hits(
     update_share = update_weight if current else 0.0
     # each line's parts by rule: the named speaker's line, a line holding the kind of value
     # asked for, a line saying the value asked for now changed
+    stated = [
+        kind is not None and states(kind, line, document)
+        for line, document in zip(lines, documents, strict=True)
+    ]
+    changed = [current and changes(line) for line in lines]
     ruled = [
         (speaker_share if by_named else 0.0)
-        + (answer_share if kind is not None and states(kind, line, document) else 0.0)
-        + (update_share if current and changes(line) else 0.0)
-        for line, document, by_named in zip(lines, documents, said, strict=True)
+        + (answer_share if holds else 0.0)
+        + (update_share if moved else 0.0)
+        for by_named, holds, moved in zip(said, stated, changed, strict=True)
     ]
     rules = speaker_share + answer_share + update_share
     for unit, match, tokens, cosine, vector_part, by_rule in zip(
@@ -586,7 +600,17 @@ def turn_hits(
         evidence.append(found)
     if ranker is not None:
         features = _line_features(
-            units, scores, matches, evidence, said, similarity, asks, documents, date_span(query)
+            units,
+            scores,
+            matches,
+            evidence,
+            said,
+            similarity,
+            asks,
+            documents,
+            date_span(query),
+            stated,
+            changed,
         )
         scores = _blend(scores, ranker(features), ranker_weight)
     if current:
