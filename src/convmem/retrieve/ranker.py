@@ -16,11 +16,11 @@ Rankers are per model, like calibrations: the features include raw cosines, whos
 the model's. ``bench/fit_ranker.py`` fits one on LoCoMo dev and the facts set's dev split
 and reports it leave-one-conversation-out. A model may also have a ranker per language,
 like its calibrations (``("usem3", "zh")``: Chinese questions of Chinese memory, fitted
-with ``--language zh``); every other question reads the model's. A model without its own ranker (the hashing
-embedder: a fitted one did not beat its hand score) keeps the hand score alone. Dialogue
-windows keep it too (the ranker was fitted on one-line questions), and so does a search
-without a vector side (lexical mode, or a query the embedder failed on): the features
-were fitted with cosines.
+with ``--language zh``); every other question reads the model's. A model without its own
+ranker (the hashing embedder: a fitted one did not beat its hand score) keeps the hand
+score alone. Dialogue windows keep it too (the ranker was fitted on one-line questions),
+and so does a search without a vector side (lexical mode, or a query the embedder failed
+on): the features were fitted with cosines.
 """
 
 from __future__ import annotations
