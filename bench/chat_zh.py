@@ -61,6 +61,14 @@ def load(files: list[Path]) -> list[dict[str, Any]]:
     ]
 
 
+# Sixty Chinese questions of general knowledge and advice written by a helper session that
+# read no code and no other data (stop 32), after the rule for general questions
+# (convmem.retrieve.calibration.general_question) was written: measured, never tuned on.
+GENERAL_APART: list[str] = json.loads(
+    (Path(__file__).resolve().parent / "data" / "general_zh_blind.json").read_text(encoding="utf-8")
+)
+
+
 def unrelated_sets(chat: dict[str, Any], chats: list[dict[str, Any]]) -> dict[str, list[str]]:
     """The questions that have no memory in ``chat``, by kind."""
     others = [
@@ -73,6 +81,7 @@ def unrelated_sets(chat: dict[str, Any], chats: list[dict[str, Any]]) -> dict[st
         "own unrelated": list(chat["unrelated"]),
         "other chats' questions": others[:: max(1, len(others) // 10)][:10],
         "general": UNRELATED_QUESTIONS[:10],
+        "general, written apart": GENERAL_APART,
     }
 
 

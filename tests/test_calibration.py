@@ -23,6 +23,7 @@ from convmem.retrieve.calibration import (
     Calibration,
     absent_share,
     calibration_for,
+    general_question,
     hit_language,
     name_terms,
     names,
@@ -341,6 +342,34 @@ def test_chinese_personal_names_are_names_and_common_words_are_not() -> None:
     scope = (30, {"陈静": 3, "静开": 1})
     assert unknown_name(name_terms("陈静开的是什么店？"), scope) == 0.0
     assert unknown_name(name_terms("林峰开的是什么店？"), scope) == 1.0
+
+
+def test_a_general_how_to_or_what_is_question_is_no_memory() -> None:
+    scope = (6, {"护照": 2, "酒店": 3})
+    for question in ("怎么做番茄炒蛋？", "什么是区块链？", "如何申请签证"):
+        assert general_question(question, specific_terms(question), scope) == 1.0
+    for question in (
+        "我怎么去她家？",  # someone's
+        "怎么给我爸买药",  # the user's father
+        "怎么续签护照？",  # the conversation talks of 护照
+        "护照多久过期？",  # neither how nor what
+        "如何用Python读取Excel",  # a Latin word: a name's feature
+    ):
+        assert general_question(question, specific_terms(question), scope) == 0.0, question
+    terms = specific_terms("怎么做番茄炒蛋？")
+    assert general_question("怎么做番茄炒蛋？", terms, None) == 0.0  # tenant-wide
+    assert general_question("怎么做番茄炒蛋？", terms, (0, {})) == 0.0
+
+
+def test_a_general_question_of_a_chat_finds_nothing_and_reads_the_unknown_name_weight(
+    travel: Memory,
+) -> None:
+    trip = {"conversation_id": "trip"}
+    hits = travel.search("怎么做番茄炒蛋？", top_k=3, min_score=0, filters=trip)
+    assert hits and all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in hits)
+    _assert_marked_unknown(hits, CALIBRATIONS[("hashing", "turn")])
+    assert travel.search("怎么做番茄炒蛋？", top_k=3, filters=trip) == []
+    assert travel.search("我的护照什么时候过期", top_k=1, filters=trip)  # memory still found
 
 
 def test_a_chinese_question_about_someone_the_chat_never_mentions_is_marked(travel: Memory) -> None:

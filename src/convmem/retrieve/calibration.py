@@ -24,7 +24,7 @@ from convmem.models import Hit
 from convmem.text import chinese_names, is_mostly_cjk, keywords, tokenize, words
 from convmem.text.bilingual import bridge, question_terms
 from convmem.text.dates import MONTHS
-from convmem.text.kinship import relations, spellings
+from convmem.text.kinship import FAMILY, RELATIONS, relations, spellings
 
 if TYPE_CHECKING:
     from convmem.retrieve.evidence import Evidence
@@ -40,6 +40,7 @@ __all__ = [
     "calibrate",
     "calibration_for",
     "evidence_relevance",
+    "general_question",
     "hit_language",
     "name_terms",
     "names",
@@ -393,6 +394,39 @@ def unknown_relation(
         if not any(all(counts.get(bigram, 0) for bigram in word) for word in spelled):
             return 1.0
     return 0.0
+
+
+# A question that asks how to do something or what something is (怎么做番茄炒蛋, 什么是区块链,
+# 咖啡因对身体有什么影响) ...
+_HOW_OR_WHAT = re.compile(
+    r"^(?:怎么|如何|怎样|为什么|为啥)|什么是|是什么意思|有什么(?:影响|区别|作用|好处|坏处)"
+)
+# ... and says nothing of anyone: no person (我, 你, 他), no one pointed at (那个, 这家, 上次),
+# no Latin word (a name or a product)
+_PERSONAL = re.compile(
+    r"[我你您咱俺他她]|[那这](?:个|家|次|位|天|回|件|只|辆|本|部|所|条|张|台|趟|场|款)"
+    r"|上次|上回|之前|那时|当时|后来|[A-Za-z]"
+)
+_KIN = tuple(sorted(RELATIONS | FAMILY, key=len, reverse=True))
+
+
+def general_question(
+    query: str, terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | None
+) -> float:
+    """1.0 for a Chinese question of general knowledge: it asks how to do something or what
+    something is (怎么做番茄炒蛋, 什么是区块链), says nothing of anyone (no 我, 他, relation,
+    name or 那个), and the conversation says none of its most specific words
+    (:func:`specific_terms`); it reads ``unknown_name``'s weight. 0.0 otherwise, and without
+    scope statistics or for an empty scope. "怎么联系物业" asked of a chat that gave the
+    property office's number says 物业, so it is memory."""
+    if not terms or scope is None or scope[0] == 0 or not is_mostly_cjk(query):
+        return 0.0
+    if not _HOW_OR_WHAT.search(query) or _PERSONAL.search(query):
+        return 0.0
+    if any(word in query for word in _KIN) or chinese_names(query):
+        return 0.0
+    counts = scope[1]
+    return 1.0 if all(not counts.get(term, 0) for term in terms) else 0.0
 
 
 def absent_share(terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | None) -> float:

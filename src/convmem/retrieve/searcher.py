@@ -32,6 +32,7 @@ from convmem.retrieve.calibration import (
     calibrate,
     calibration_for,
     evidence_relevance,
+    general_question,
     hit_language,
     name_terms,
     question_language,
@@ -288,7 +289,11 @@ class HybridSearcher:
                 [self.calibrations[(*key, fit)] for fit in languages],
                 request.min_score,
                 absent=absent_share(terms, scope),
-                unknown=max(unknown_name(names, scope), unknown_relation(kin, scope)),
+                unknown=max(
+                    unknown_name(names, scope),
+                    unknown_relation(kin, scope),
+                    general_question(query, terms, scope),
+                ),
             )
         self.latency.observe(time.perf_counter() - began)
         return hits
