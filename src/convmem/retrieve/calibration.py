@@ -407,7 +407,7 @@ _PERSONAL = re.compile(
     r"[我你您咱俺他她]|[那这](?:个|家|次|位|天|回|件|只|辆|本|部|所|条|张|台|趟|场|款)"
     r"|上次|上回|之前|那时|当时|后来|[A-Za-z]"
 )
-_KIN = tuple(sorted(RELATIONS | FAMILY, key=len, reverse=True))
+_KIN = RELATIONS | FAMILY
 
 
 def general_question(
@@ -467,8 +467,9 @@ def calibrate(
     """Hits (best first) with calibrated scores, cut after the last one at ``min_score``.
 
     ``calibration``: one for every hit, or each hit's own (:func:`hit_language`).
-    ``absent``: :func:`absent_share` of the question, ``unknown``: its :func:`unknown_name`
-    (one value each for every hit)."""
+    ``absent``: :func:`absent_share` of the question, ``unknown``: its :func:`unknown_name`,
+    :func:`unknown_relation` or :func:`general_question`, whichever is highest (one value
+    each for every hit)."""
     fits = [calibration] * len(hits) if isinstance(calibration, Calibration) else calibration
     values = []
     for hit, fit in zip(hits, fits, strict=True):
