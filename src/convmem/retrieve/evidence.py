@@ -37,7 +37,6 @@ from convmem.retrieve.fusion import turns_of
 from convmem.text import bm25, tokenize, tokenizer_signature, words
 from convmem.text.answers import answer_kind, asks_current, changes, states
 from convmem.text.dates import date_span
-from convmem.text.segment import STOPWORDS
 
 __all__ = [
     "ANSWER_WEIGHT",
@@ -634,44 +633,29 @@ def _updated(units: Sequence[_Unit], lines: Sequence[str], scores: Sequence[floa
     turns say, each turn counted once however many chunks hold it). An update names what
     changed by the thing it is about (西乡, the pool), not by the question's words, so the
     question alone does not find it."""
-    turns = [i for i, unit in enumerate(units) if unit.seq is not None]
-    said = {i: frozenset(_words(lines[i])) for i in turns}
-    held: dict[str, set[tuple[Any, int | None]]] = {}
-    for i in turns:
-        key = (units[i].hit.metadata.get("conversation_id"), units[i].seq)
+    # each turn line's (conversation, seq) and its words of two characters or more
+    turns = {
+        i: (unit.hit.metadata.get("conversation_id"), unit.seq)
+        for i, unit in enumerate(units)
+        if unit.seq is not None
+    }
+    said = {i: frozenset(word for word in words(lines[i]) if len(word) >= 2) for i in turns}
+    held: dict[str, set[tuple[Any, int]]] = {}
+    for i, turn in turns.items():
         for word in said[i]:
-            held.setdefault(word, set()).add(key)
-    best: dict[tuple[Any, int | None], int] = {}
+            held.setdefault(word, set()).add(turn)
+    best: dict[tuple[Any, int], int] = {}
     for i in sorted(turns, key=lambda i: -scores[i]):
-        key = (units[i].hit.metadata.get("conversation_id"), units[i].seq)
         if len(best) == UPDATE_LINES:
             break
-        best.setdefault(key, i)
+        best.setdefault(turns[i], i)
     out = list(scores)
     for (conversation, seq), anchor in best.items():
         rare = {word for word in said[anchor] if len(held[word]) <= UPDATE_SHARED}
-        for i in turns:
-            unit = units[i]
-            if (
-                rare & said[i]
-                and seq is not None
-                and unit.seq is not None
-                and unit.seq > seq
-                and unit.hit.metadata.get("conversation_id") == conversation
-                and changes(lines[i])
-            ):
+        for i, (other, later) in turns.items():
+            if other == conversation and later > seq and rare & said[i] and changes(lines[i]):
                 out[i] = max(out[i], scores[anchor] + 1e-6)
     return out
-
-
-def _words(line: str) -> tuple[str, ...]:
-    """A line's words of two characters or more that are no stopword, cached."""
-    return _cached_words(line, tokenizer_signature())
-
-
-@functools.lru_cache(maxsize=16384)
-def _cached_words(line: str, signature: str) -> tuple[str, ...]:
-    return tuple(word for word in words(line) if len(word) >= 2 and word not in STOPWORDS)
 
 
 def _blend(scores: Sequence[float], values: Iterable[float], weight: float) -> list[float]:
