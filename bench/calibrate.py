@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chat_zh import DATA_FILES as CHAT_FILES
-from chat_zh import ENTITY_FILES
+from chat_zh import ENTITY_FILES, file_of
 from chat_zh import load as load_chats
 from convmem import Memory
 from convmem.embed import resolve_embedder
@@ -314,13 +314,10 @@ def chat_cases(memory: Memory, granularity: str) -> list[Case]:
     ``chat_zh`` (splits ``indep_a`` and ``indep_b``, one per file) and ``entities_zh`` (the
     entity chats, ``ent_a`` and ``ent_b``). Unrelated: each chat's own unrelated questions
     and five of the other chats' questions of its file."""
-    files = {
-        ("chat_zh", "indep_a"): CHAT_FILES[0],
-        ("chat_zh", "indep_b"): CHAT_FILES[1],
-        ("entities_zh", "ent_a"): ENTITY_FILES[0],
-        ("entities_zh", "ent_b"): ENTITY_FILES[1],
-    }
-    chats = [(group, chat) for group, path in files.items() for chat in load_chats([path])]
+    sets = {"chat_zh": CHAT_FILES, "entities_zh": ENTITY_FILES}
+    chats = [
+        ((name, file_of(chat)), chat) for name, files in sets.items() for chat in load_chats(files)
+    ]
     for _, chat in chats:
         memory.add_turns(chat["conversation_id"], chat["turns"])
     memory.flush(timeout=600)

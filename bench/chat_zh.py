@@ -91,10 +91,16 @@ def question_type(question: dict[str, Any]) -> str:
     return "paraphrase" if question.get("paraphrase") else "shares a word"
 
 
+def file_of(chat: dict[str, Any]) -> str:
+    """The file a chat comes from, as its id's prefix: ``indep_a``, ``indep_b``, ``ent_a``,
+    ``ent_b`` (the first file of each set was read while tuning, the second never)."""
+    return str(chat["conversation_id"]).rsplit("_", 1)[0]
+
+
 def groups(chat: dict[str, Any], question: dict[str, Any]) -> list[str]:
     """The rows a question counts in: all, its type, its file, and its kind for the
     entity files (simple, conditional, comparative, aggregative, updated)."""
-    out = ["all", question_type(question), f"file {chat['conversation_id'].rsplit('_', 1)[0]}"]
+    out = ["all", question_type(question), f"file {file_of(chat)}"]
     if question.get("kind") in ENTITY_KINDS:
         out.append(question["kind"])
     return out

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from calibrate import balanced, logistic
 from chat_zh import DATA_FILES as CHAT_FILES
-from chat_zh import ENTITY_FILES
+from chat_zh import ENTITY_FILES, file_of
 from chat_zh import load as load_chats
 from convmem import Memory
 from convmem.embed import resolve_embedder
@@ -108,26 +108,25 @@ def facts_questions(memory: Memory) -> list[Question]:
     ]
 
 
-# the hand-written chats by file: the first of each set is fitted on, the second held out
-CHAT_SPLITS = {
-    CHAT_FILES[0]: "indep_a",
-    CHAT_FILES[1]: "indep_b",
-    ENTITY_FILES[0]: "ent_a",
-    ENTITY_FILES[1]: "ent_b",
-}
+# the first file of each hand-written set is fitted on, the second held out (chat_zh.file_of)
 CHAT_FIT = ("indep_a", "ent_a")
 
 
 def chat_questions(memory: Memory) -> list[Question]:
-    """The hand-written chats' questions, grouped by file (:data:`CHAT_SPLITS`)."""
+    """The hand-written chats' questions, grouped by file (:func:`chat_zh.file_of`)."""
     out: list[Question] = []
-    for path, split in CHAT_SPLITS.items():
-        for chat in load_chats([path]):
-            memory.add_turns(chat["conversation_id"], chat["turns"])
-            out += [
-                ("chat", split, q["question"], chat["conversation_id"], frozenset(q["evidence"]))
-                for q in chat["questions"]
-            ]
+    for chat in load_chats([*CHAT_FILES, *ENTITY_FILES]):
+        memory.add_turns(chat["conversation_id"], chat["turns"])
+        out += [
+            (
+                "chat",
+                file_of(chat),
+                q["question"],
+                chat["conversation_id"],
+                frozenset(q["evidence"]),
+            )
+            for q in chat["questions"]
+        ]
     memory.flush(timeout=600)
     return out
 
