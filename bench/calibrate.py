@@ -143,7 +143,7 @@ GENERAL_ZH_HELDOUT = [
 #  "features": [(coverage, context, similarity, absent, unknown_name, best_similarity,
 #                bridge)...]}
 Case = dict[str, Any]
-Features = tuple[float, float, float | None, float, float, float | None, float]
+Features = tuple[float, float, float | None, float, float, float | None, float, float]
 
 
 def _features(hits: list[Any]) -> list[Features]:
@@ -159,6 +159,7 @@ def _features(hits: list[Any]) -> list[Features]:
                 float(evidence.get("unknown_name", 0.0)),
                 evidence.get("best_similarity"),
                 float(evidence.get("bridge", 0.0)),
+                float(evidence.get("typical", 0.0)),
             )
         )
     return out
@@ -379,7 +380,12 @@ def locomo_cases(memory: Memory, granularity: str) -> list[Case]:
 
 
 def fit(
-    cases: list[Case], lexical: bool, scoped: bool = True, best: bool = True, cross: bool = False
+    cases: list[Case],
+    lexical: bool,
+    scoped: bool = True,
+    best: bool = True,
+    cross: bool = False,
+    typical: bool = False,
 ) -> tuple[float, ...]:
     """Logistic regression (Newton steps, a small ridge) of evidence hits against unrelated
     hits; without ``scoped`` the question features that need the scope's term counts
@@ -387,7 +393,9 @@ def fit(
     the question's best cosine is (its weight comes out 0: the fit before that feature).
     The weights, in order: bias, coverage, context[, similarity, best_similarity], absent,
     unknown_name. ``cross``: hits in the other language than the question's, which share
-    no token with it: bias, similarity, best_similarity, bridge[, unknown_name]."""
+    no token with it: bias, similarity, best_similarity, bridge[, unknown_name].
+    ``typical``: the question's best cosine with everyday chat (convmem.retrieve.background)
+    joins the vector fit, last."""
     rows: list[list[float]] = []
     labels: list[float] = []
     for case in cases:
@@ -395,19 +403,21 @@ def fit(
             continue
         picks = case["evidence"][:1] if case["answerable"] else range(len(case["features"]))
         for i in picks:
-            coverage, context, similarity, absent, unknown, top, bridge = case["features"][i]
+            coverage, context, similarity, absent, unknown, top, bridge, usual = case["features"][i]
             top = top if best else 0.0
             if cross:
                 if case["hit_languages"][i] == case["language"]:
                     continue
                 row = [1.0, similarity or 0.0, similarity or 0.0 if top is None else top, bridge]
-                rows.append([*row, unknown] if scoped else row)
+                row = [*row, unknown] if scoped else row
+                rows.append([*row, usual] if typical else row)
                 labels.append(1.0 if case["answerable"] else 0.0)
                 continue
             row = [1.0, coverage, context]
             if not lexical:
                 row += [similarity or 0.0, similarity or 0.0 if top is None else top]
-            rows.append([*row, absent, unknown] if scoped else row)
+            row = [*row, absent, unknown] if scoped else row
+            rows.append([*row, usual] if typical and not lexical else row)
             labels.append(1.0 if case["answerable"] else 0.0)
     x = np.asarray(rows)
     y = np.asarray(labels)
@@ -527,6 +537,14 @@ def table(
     return out
 
 
+def _open(path: Path, embedder: Any, **options: Any) -> Memory:
+    """A memory whose searches compute every question feature: the ``typical`` one too,
+    which a search computes only where the model's fits weigh it."""
+    memory = Memory.open(str(path), embedder=embedder, workers=1, **options)
+    memory._engine.searcher.typical = True
+    return memory
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -564,24 +582,25 @@ def main() -> int:
         help="also fit and anchor on these first files of the hand-written chats (chat_zh "
         "indep_a, entities_zh ent_a); their second files stay held out",
     )
+    parser.add_argument(
+        "--typical",
+        action="store_true",
+        help="also fit the weight of the question's best cosine with everyday chat "
+        "(convmem.retrieve.background; every search here computes it)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     embedder = resolve_embedder(args.embedder)
     with tempfile.TemporaryDirectory() as folder:
-        with Memory.open(str(Path(folder) / "facts.db"), embedder=embedder, workers=1) as memory:
+        base = Path(folder)
+        with _open(base / "facts.db", embedder) as memory:
             cases = facts_cases(memory, args.granularity)
-        with Memory.open(str(Path(folder) / "chat.db"), embedder=embedder, workers=1) as memory:
+        with _open(base / "chat.db", embedder) as memory:
             cases += chat_cases(memory, args.granularity)
-        with Memory.open(
-            str(Path(folder) / "locomo.db"),
-            embedder=embedder,
-            workers=1,
-            chunking=ChunkingPolicy(max_turns=4, version=4),
-        ) as memory:
+        policy = ChunkingPolicy(max_turns=4, version=4)
+        with _open(base / "locomo.db", embedder, chunking=policy) as memory:
             cases += locomo_cases(memory, args.granularity)
-        with Memory.open(
-            str(Path(folder) / "paraphrase.db"), embedder=embedder, workers=1
-        ) as memory:
+        with _open(base / "paraphrase.db", embedder) as memory:
             cases += paraphrase_cases(memory, args.granularity)
         model_id = memory.embedding.model_id
     if args.language == CROSS:
@@ -610,7 +629,14 @@ def main() -> int:
     chats = [dict(case, split="dev") for case in cases if case["split"] in args.fit_chats]
     fitted_on = [case for case in cases if case["set"] in FIT_SETS[args.language]] + chats
     if args.language == CROSS:
-        vector = fit(fitted_on, lexical=False, scoped=scoped, best=not args.no_best, cross=True)
+        vector = fit(
+            fitted_on,
+            lexical=False,
+            scoped=scoped,
+            best=not args.no_best,
+            cross=True,
+            typical=args.typical,
+        )
         fitted = Calibration(
             model_id,
             vector[0],
@@ -621,10 +647,13 @@ def main() -> int:
             unknown_name_weight=vector[4] if scoped else 0.0,
             best_weight=vector[2],
             bridge_weight=vector[3],
+            typical_weight=vector[-1] if args.typical else 0.0,
         )
         anchors = CROSS_ANCHORS
     else:
-        vector = fit(fitted_on, lexical=False, scoped=scoped, best=not args.no_best)
+        vector = fit(
+            fitted_on, lexical=False, scoped=scoped, best=not args.no_best, typical=args.typical
+        )
         lexical = fit(fitted_on, lexical=True, scoped=scoped)
         fitted = Calibration(
             model_id,
@@ -633,6 +662,7 @@ def main() -> int:
             absent_weight=vector[5] if scoped else 0.0,
             unknown_name_weight=vector[6] if scoped else 0.0,
             best_weight=vector[4],
+            typical_weight=vector[-1] if args.typical else 0.0,
         )
         anchors = ANCHORS
     anchoring = [case for case in cases if case["set"] in anchors] + chats

