@@ -182,8 +182,9 @@ CALIBRATIONS: dict[tuple[str, ...], Calibration] = {
     # question's best cosine with everyday chat (``typical``, convmem.retrieve.background),
     # fitted and anchored at 5 % on the facts dev split and the hand-written chats' first
     # files. Held out, at the default against the fit over both: the facts' unrelated
-    # questions silenced .820 -> .818 with evidence lost .038 -> .025, the hand-written
-    # chats' .514 -> .500 (lost .211 -> .079), the entity chats' .372 -> .359 (.054 -> .032)
+    # questions silenced .820 -> .833 with evidence lost .038 -> .025, the hand-written
+    # chats' second file .513 -> .487 (lost .167 -> .104), the entity chats' .372 -> .372
+    # (.054 -> .065); general questions .932 -> .933 (bench/README.md, stop 33)
     ("usem3", "turn", "zh"): Calibration(
         "usem3",
         -2.556,
