@@ -141,7 +141,7 @@ GENERAL_ZH_HELDOUT = [
 ]
 # {"split", "set", "answerable", "language", "evidence": [pos],
 #  "features": [(coverage, context, similarity, absent, unknown_name, best_similarity,
-#                bridge)...]}
+#                bridge, typical)...]}
 Case = dict[str, Any]
 Features = tuple[float, float, float | None, float, float, float | None, float, float]
 
