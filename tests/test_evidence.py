@@ -14,6 +14,7 @@ from convmem import HashingEmbedder, InvalidInputError, Memory
 from convmem.governance import KeepAllMarker
 from convmem.ingest import MAX_CLAUSES, line_clauses, vector_rows
 from convmem.models import Hit
+from convmem.retrieve import evidence as evidence_module
 from convmem.retrieve.evidence import (
     FEATURES,
     RANKER_WEIGHT,
@@ -263,6 +264,29 @@ def test_chunks_without_stored_turn_vectors_still_score_their_turns(memory: Memo
     assert fallback[0].metadata["evidence"]["similarity"] == pytest.approx(
         stored[0].metadata["evidence"]["similarity"], abs=1e-4
     )
+
+
+def test_a_search_reads_the_line_tokens_the_worker_stored_instead_of_tokenizing(
+    memory: Memory,
+) -> None:
+    """No candidate line is tokenized by a search when the worker stored its tokens (only
+    the conversation's participant names are); a store without them (indexed before they
+    were kept) tokenizes every candidate line and finds the same hits."""
+    texts = [*NOISE, "我的车停在地下二层B区17号车位。", "好的，已经记下了。", *NOISE]
+    memory.add_turns("c", make_turns(texts))
+    memory.flush()
+    cache = evidence_module._cached_tokens
+    cache.cache_clear()
+    stored = memory.search("车停在哪个车位", top_k=3, min_score=0)
+    assert cache.cache_info().misses <= 2  # 用户, 助手
+    with memory.store._write() as conn:
+        conn.execute("UPDATE chunks SET turn_tokens=NULL")
+    cache.cache_clear()
+    fallback = memory.search("车停在哪个车位", top_k=3, min_score=0)
+    assert cache.cache_info().misses > 2 * len(NOISE)
+    assert [(h.chunk_id, h.text, h.score) for h in fallback] == [
+        (h.chunk_id, h.text, h.score) for h in stored
+    ]
 
 
 def test_a_chinese_line_that_says_several_things_has_clauses() -> None:

@@ -28,7 +28,7 @@ from convmem.ids import (
     check_tenant,
     check_turn_range,
 )
-from convmem.ingest import ChunkingPolicy
+from convmem.ingest import ChunkingPolicy, line_tokens
 from convmem.models import MAX_SEQ, AddTurnsReceipt, ChunkRecord, FlushResult, Hit, parse_turns
 from convmem.retrieve import (
     DEFAULT_MIN_SCORE,
@@ -395,7 +395,12 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             return UpsertResult(0, 0, errors)
         vectors = self._engine.embedding.embed_array([record.text for record in records])
         items = [
-            IndexedChunk(record=record, vector=vectors[i], tokens=tokenize(record.text))
+            IndexedChunk(
+                record=record,
+                vector=vectors[i],
+                tokens=tokenize(record.text),
+                turn_tokens=line_tokens(record.text, record.metadata.turn_offsets),
+            )
             for i, record in enumerate(records)
         ]
         try:
@@ -519,7 +524,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
 
     def reindex(self, *, batch_size: int = 256) -> int:
         """Re-embed every live chunk (and the turns it holds) from its stored text with this
-        handle's embedder."""
+        handle's embedder, and store its lines' search tokens again."""
         engine = self._engine
         count = 0
         for rows in engine.store.iter_live_chunks(batch_size):
@@ -529,8 +534,16 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             )
             engine.store.replace_vectors(
                 [
-                    (tenant, rowid, vector, lines)
-                    for (tenant, rowid, _, _), (vector, lines) in zip(rows, embedded, strict=True)
+                    (
+                        tenant,
+                        rowid,
+                        vector,
+                        lines,
+                        line_tokens(text, metadata.get("turn_offsets") or []),
+                    )
+                    for (tenant, rowid, text, metadata), (vector, lines) in zip(
+                        rows, embedded, strict=True
+                    )
                 ],
                 engine.embedding.model_id,
             )

@@ -7,6 +7,7 @@ metadata); every backend's SQL must agree with it, and the backends with each ot
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 import threading
@@ -24,10 +25,11 @@ from conftest import drop_schema, postgres_base_url
 from convmem import HashingEmbedder, Memory
 from convmem.errors import EmbeddingMismatchError, FilterError, InvalidInputError, TurnConflictError
 from convmem.governance import KeepAllMarker
-from convmem.ingest import line_clauses, turn_lines
+from convmem.ingest import known_tokens, line_clauses, line_tokens, turn_lines
 from convmem.models import ChunkMetadata, Hit
 from convmem.store import Backend, Store, matches, parse_filters
 from convmem.store.schema import SCHEMA_VERSION
+from convmem.text import tokenize
 from helpers import make_turns
 
 
@@ -742,6 +744,73 @@ def test_the_worker_stores_a_vector_per_turn_and_search_reads_them(backend_url: 
         after = _turn_vector_rows(memory, "c")
         live = memory.search("车位", top_k=50, granularity="chunk", min_score=0)
         assert after and all(after[hit.chunk_id] == _vector_count(hit) for hit in live)
+
+
+def _turn_token_rows(
+    memory: Memory, conversation: str, deleted: int = 0
+) -> dict[str, tuple[str, str | None, Any]]:
+    """``chunk_id -> (text, stored tokens, metadata)`` of a conversation's live chunks (or
+    its tombstones)."""
+    rows = memory.store._db().execute(
+        "SELECT chunk_id, text, turn_tokens, metadata FROM chunks WHERE tenant=? AND "
+        "conversation_id=? AND deleted=?",
+        (memory.tenant, conversation, deleted),
+    )
+    return {
+        row[0]: (row[1], row[2], json.loads(row[3]) if isinstance(row[3], str) else row[3])
+        for row in rows
+    }
+
+
+def test_the_worker_stores_each_lines_tokens_and_search_reads_them(backend_url: str) -> None:
+    """The worker stores each chunk line's search tokens (convmem.ingest.line_tokens),
+    exactly what tokenizing the line gives; a search reads them instead of tokenizing and
+    finds the same hits as without them; a deleted turn's chunk keeps none of its words."""
+    texts = ["我的车停在地下二层B区17号车位。", "好的，已经记下了。", "明天要下雨。", "记得带伞。"]
+    with opened(backend_url) as memory:
+        memory.add_turns("c", make_turns([*texts, "I parked at spot 17 on level B2.", *texts]))
+        memory.flush()
+        rows = _turn_token_rows(memory, "c")
+        assert rows and all(stored for _, stored, _ in rows.values())
+        for text, stored, metadata in rows.values():
+            known = known_tokens(stored, text, metadata["turn_offsets"])
+            lines = [line for line in text.split("\n") if line]
+            spoken = turn_lines(text, metadata["turn_offsets"])
+            assert set(known) == {text, *lines, *spoken}
+            assert all(known[line] == tuple(tokenize(line)) for line in known)
+        questions = ["车停在哪个车位", "明天天气怎么样", "Where did I park?"]
+        found = [
+            memory.search(q, top_k=5, min_score=0, filters={"conversation_id": "c"})
+            for q in questions
+        ]
+        with memory.store._write() as conn:
+            conn.execute("UPDATE chunks SET turn_tokens=NULL WHERE tenant=?", (memory.tenant,))
+        again = [
+            memory.search(q, top_k=5, min_score=0, filters={"conversation_id": "c"})
+            for q in questions
+        ]
+        assert [[(h.chunk_id, h.text, h.score) for h in hits] for hits in found] == [
+            [(h.chunk_id, h.text, h.score) for h in hits] for hits in again
+        ]
+        memory.reindex()
+        assert all(stored for _, stored, _ in _turn_token_rows(memory, "c").values())
+        # deleting a turn tombstones its chunks, and their stored tokens go with them
+        memory.delete("c", turn_range=(0, 0))
+        tombstones = _turn_token_rows(memory, "c", deleted=1)
+        assert tombstones and all(stored is None for _, stored, _ in tombstones.values())
+
+
+def test_stored_tokens_of_another_tokenizer_or_text_are_not_read() -> None:
+    text = "[上下文：2026-02-02 对话在讨论：日常]\n用户: 我的车停在B区17号车位。\n助手: 好的。"
+    offsets = [(text.index("用户"), text.index("\n助手")), (text.index("助手"), len(text))]
+    stored = line_tokens(text, offsets)
+    assert stored is not None
+    assert known_tokens(stored, text, offsets)[text] == tuple(tokenize(text))
+    other = "old-signature" + stored[stored.index(" ") :]
+    assert known_tokens(other, text, offsets) == {}
+    changed = text.replace("17", "18")  # same lines, another text
+    assert known_tokens(stored, changed, offsets) == {}
+    assert line_tokens(text, []) is None and known_tokens(None, text, offsets) == {}
 
 
 LEXICAL_TOP5: dict[str, Any] = {

@@ -14,6 +14,7 @@ from convmem.ingest.chunker import (
     vector_rows,
 )
 from convmem.ingest.ids import chunk_id
+from convmem.ingest.tokens import known_tokens, line_tokens
 
 __all__ = [
     "MAX_CLAUSES",
@@ -22,7 +23,9 @@ __all__ = [
     "ChunkingPolicy",
     "chunk_id",
     "chunk_pieces",
+    "known_tokens",
     "line_clauses",
+    "line_tokens",
     "plan_chunks",
     "render_chunk",
     "spoken",

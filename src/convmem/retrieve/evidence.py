@@ -522,6 +522,7 @@ def turn_hits(
     embed: Embed | None = None,
     chunk_similarity: Mapping[str, float] | None = None,
     line_vectors: Mapping[str, np.ndarray] | None = None,
+    line_tokens: Mapping[str, tuple[str, ...]] | None = None,
     vector_weight: float = 0.0,
     weight: float = TURN_WEIGHT,
     per_chunk: int = PER_CHUNK,
@@ -540,19 +541,27 @@ def turn_hits(
     turn's evidence features to the model's calibrated relevance, which then counts
     ``relevance_weight`` in its score; ``ranker`` maps the lines' :class:`LineFeatures` to
     the probability that each is evidence, which then counts ``ranker_weight``.
+    ``line_tokens`` holds the search tokens the index worker stored for the candidates'
+    lines (:func:`~convmem.ingest.known_tokens`); other lines are tokenized here.
     """
     units = _units(hits)
     if not units:
         return []
+    known = line_tokens or {}
+
+    def tokens_of(text: str) -> tuple[str, ...]:
+        found = known.get(text)
+        return _tokens(text) if found is None else found
+
     weights = bm25.query_weights(tokenize(query), QUERY_TERMS)
     lines = [_spoken(unit) for unit in units]
-    documents = [_tokens(line) for line in lines]
+    documents = [tokens_of(line) for line in lines]
     lexical = bm25.rank(weights, documents)
     # coverage reads each line with its speaker label, and its whole chunk
-    labelled = [_tokens(unit.text) for unit in units]
+    labelled = [tokens_of(unit.text) for unit in units]
     idfs = idf_table(weights, labelled)
     context = {
-        hit.chunk_id: coverage(weights, idfs, _tokens(hit.text))
+        hit.chunk_id: coverage(weights, idfs, tokens_of(hit.text))
         for hit in {unit.hit.chunk_id: unit.hit for unit in units}.values()
     }
     similarity = _similarities(

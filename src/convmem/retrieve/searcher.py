@@ -22,6 +22,7 @@ import numpy as np
 
 from convmem.embed import EmbeddingService
 from convmem.errors import EmbedderError, InvalidInputError
+from convmem.ingest import known_tokens
 from convmem.metrics import Counter, Histogram
 from convmem.models import Hit
 from convmem.retrieve.background import BACKGROUND_FILES, typical_similarity
@@ -333,6 +334,12 @@ class HybridSearcher:
         for the cleaned ``query``, with the turn vectors the worker stored for them;
         ``language``: the ranker's (:attr:`rankers`)."""
         stored = self.store.turn_vectors(request.tenant, list(rows)) if vector is not None else {}
+        # the candidate lines' search tokens, as the index worker stored them: a search then
+        # tokenizes none of them (jieba is most of a search over lines it never met)
+        known: dict[str, tuple[str, ...]] = {}
+        for rowid, tokens in self.store.turn_tokens(request.tenant, list(rows)).items():
+            _, text, metadata = rows[rowid]
+            known.update(known_tokens(tokens, text, metadata.get("turn_offsets") or []))
         dimension = self.embedding.dimension
         # a one-line question's turns also rank by the model's calibrated relevance and
         # its ranker (both fitted on one-line questions; a dialogue window keeps its
@@ -353,6 +360,7 @@ class HybridSearcher:
                 for rowid, blob in stored.items()
             },
             vector_weight=weight,
+            line_tokens=known,
         )
 
     def _query_vector(self, request: SearchRequest, spec: FilterSpec) -> np.ndarray | None:

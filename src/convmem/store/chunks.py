@@ -54,7 +54,7 @@ class ChunkTables(GovernanceTables):
         "conversation_id, start_seq, end_seq, chunk_version, text, text_sha256, metadata, "
         "participants, speakers, intent_tag, ts_start, ts_end, provisional, origin, "
         "importance, category, expires_at, pinned, requires_confirmation, vector, model_id, "
-        "updated_at, change_seq, turn_vectors"
+        "updated_at, change_seq, turn_vectors, turn_tokens"
     )
 
     def _chunk_values(self, item: IndexedChunk, write: ChunkWrite) -> tuple[Any, ...]:
@@ -93,6 +93,7 @@ class ChunkTables(GovernanceTables):
             self.now(),
             write.change,
             None if item.turn_vectors is None else matrix_bytes(item.turn_vectors),
+            item.turn_tokens,
         )
 
     def _upsert_chunk(
@@ -108,7 +109,7 @@ class ChunkTables(GovernanceTables):
             rowid = conn.execute(
                 f"INSERT INTO chunks ({self.CHUNK_COLUMNS}, tenant, chunk_id, deleted) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                f"{self.VECTOR_PARAM},?,?,?,?,?,?,0) RETURNING rowid",
+                f"{self.VECTOR_PARAM},?,?,?,?,?,?,?,0) RETURNING rowid",
                 (*values, tenant, record.chunk_id),
             ).fetchone()[0]
         else:
@@ -118,7 +119,8 @@ class ChunkTables(GovernanceTables):
                 "text=?, text_sha256=?, metadata=?, participants=?, speakers=?, intent_tag=?, "
                 "ts_start=?, ts_end=?, provisional=?, origin=?, importance=?, category=?, "
                 f"expires_at=?, pinned=?, requires_confirmation=?, vector={self.VECTOR_PARAM}, "
-                "model_id=?, updated_at=?, change_seq=?, turn_vectors=?, deleted=0 WHERE rowid=?",
+                "model_id=?, updated_at=?, change_seq=?, turn_vectors=?, turn_tokens=?, "
+                "deleted=0 WHERE rowid=?",
                 (*values, rowid),
             )
             self._unindex(conn, tenant, [rowid])
@@ -236,7 +238,8 @@ class ChunkTables(GovernanceTables):
         change = self._next_change(conn)
         self._unindex(conn, tenant, rowids)
         conn.executemany(
-            "UPDATE chunks SET deleted=1, vector=NULL, turn_vectors=NULL, updated_at=?, "
+            "UPDATE chunks SET deleted=1, vector=NULL, turn_vectors=NULL, turn_tokens=NULL, "
+            "updated_at=?, "
             "change_seq=?, "
             f"metadata={self.TOMBSTONE_METADATA} WHERE tenant=? AND rowid=?",
             [(self.now(), change, tenant, rowid) for rowid in rowids],

@@ -153,25 +153,28 @@ class ChunkReads(Backend):
             last = rows[-1][1]
 
     def replace_vectors(
-        self, rows: Sequence[tuple[str, int, np.ndarray, np.ndarray | None]], model_id: str
+        self,
+        rows: Sequence[tuple[str, int, np.ndarray, np.ndarray | None, str | None]],
+        model_id: str,
     ) -> None:
-        """New vectors (and turn vectors, None for none) for live chunks, by
-        ``(tenant, rowid)``."""
+        """New vectors (and turn vectors, None for none) and stored line tokens
+        (convmem.ingest.line_tokens) for live chunks, by ``(tenant, rowid)``."""
         with self._write() as conn:
             change = self._next_change(conn)
             conn.executemany(
-                f"UPDATE chunks SET vector={self.VECTOR_PARAM}, turn_vectors=?, model_id=?, "
-                "change_seq=? WHERE tenant=? AND rowid=?",
+                f"UPDATE chunks SET vector={self.VECTOR_PARAM}, turn_vectors=?, turn_tokens=?, "
+                "model_id=?, change_seq=? WHERE tenant=? AND rowid=?",
                 [
                     (
                         self._vector_param(vector),
                         None if lines is None else matrix_bytes(lines),
+                        tokens,
                         model_id,
                         change,
                         tenant,
                         rowid,
                     )
-                    for tenant, rowid, vector, lines in rows
+                    for tenant, rowid, vector, lines, tokens in rows
                 ],
             )
 
@@ -185,6 +188,18 @@ class ChunkReads(Backend):
             [tenant, *rowids],
         )
         return {row[0]: bytes(row[1]) for row in rows}
+
+    def turn_tokens(self, tenant: str, rowids: Sequence[int]) -> dict[int, str]:
+        """``rowid -> its lines' stored search tokens`` (convmem.ingest.line_tokens) of live
+        chunks that have them."""
+        if not rowids:
+            return {}
+        rows = self._db().execute(
+            f"SELECT rowid, turn_tokens FROM chunks {self.NOT_INDEXED} WHERE tenant=? AND "
+            f"deleted=0 AND turn_tokens IS NOT NULL AND rowid IN ({','.join('?' * len(rowids))})",
+            [tenant, *rowids],
+        )
+        return {row[0]: str(row[1]) for row in rows}
 
     def stats(self, tenant: str) -> dict[str, Any]:
         conn = self._db()

@@ -78,6 +78,8 @@ class IndexedChunk:
     tokens: Sequence[str]
     # One row per turn the chunk holds (``turn_lines`` of its text), or None.
     turn_vectors: np.ndarray | None = None
+    # Its lines' search tokens (convmem.ingest.line_tokens), or None.
+    turn_tokens: str | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "UPSERT_META", "SchemaTables"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 MIGRATIONS: list[str] = [
     # 1: initial schema
@@ -117,6 +117,8 @@ MIGRATIONS: list[str] = [
     STORY_SCHEMA,
     # 6: each dialogue chunk keeps its turns' vectors (turn-level evidence)
     "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS turn_vectors BLOB",
+    # 7: ... and its lines' search tokens (convmem.ingest.line_tokens)
+    "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS turn_tokens TEXT",
 ]
 
 UPSERT_META = "ON CONFLICT (key) DO UPDATE SET value = excluded.value"

@@ -14,7 +14,7 @@ from convmem.clock import Clock
 from convmem.embed import EmbeddingService
 from convmem.errors import ConvmemError, EmbedderError, MarkingError, StoreError
 from convmem.governance import GovernancePolicy, Marker
-from convmem.ingest import ChunkingPolicy
+from convmem.ingest import ChunkingPolicy, line_tokens
 from convmem.metrics import Counter, Histogram
 from convmem.store import (
     ClaimedJob,
@@ -192,6 +192,7 @@ class Indexer:
                     vector=vectors[position, index][0],
                     tokens=tokenize(record.text),
                     turn_vectors=vectors[position, index][1],
+                    turn_tokens=line_tokens(record.text, record.metadata.turn_offsets),
                 )
                 for index, record in enumerate(item.records)
             ]
