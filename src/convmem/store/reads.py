@@ -180,26 +180,29 @@ class ChunkReads(Backend):
 
     def turn_vectors(self, tenant: str, rowids: Sequence[int]) -> dict[int, bytes]:
         """``rowid -> turn vectors`` (float32 rows back to back) of live chunks that have them."""
-        if not rowids:
-            return {}
-        rows = self._db().execute(
-            f"SELECT rowid, turn_vectors FROM chunks {self.NOT_INDEXED} WHERE tenant=? AND "
-            f"deleted=0 AND turn_vectors IS NOT NULL AND rowid IN ({','.join('?' * len(rowids))})",
-            [tenant, *rowids],
-        )
-        return {row[0]: bytes(row[1]) for row in rows}
+        return {
+            rowid: bytes(value) for rowid, value in self._stored(tenant, rowids, "turn_vectors")
+        }
 
     def turn_tokens(self, tenant: str, rowids: Sequence[int]) -> dict[int, str]:
         """``rowid -> its lines' stored search tokens`` (convmem.ingest.line_tokens) of live
         chunks that have them."""
+        return {rowid: str(value) for rowid, value in self._stored(tenant, rowids, "turn_tokens")}
+
+    def _stored(self, tenant: str, rowids: Sequence[int], column: str) -> list[tuple[int, Any]]:
+        """``(rowid, value)`` of one stored column of the live chunks among ``rowids`` where
+        it is set."""
         if not rowids:
-            return {}
-        rows = self._db().execute(
-            f"SELECT rowid, turn_tokens FROM chunks {self.NOT_INDEXED} WHERE tenant=? AND "
-            f"deleted=0 AND turn_tokens IS NOT NULL AND rowid IN ({','.join('?' * len(rowids))})",
-            [tenant, *rowids],
-        )
-        return {row[0]: str(row[1]) for row in rows}
+            return []
+        return [
+            (row[0], row[1])
+            for row in self._db().execute(
+                f"SELECT rowid, {column} FROM chunks {self.NOT_INDEXED} WHERE tenant=? AND "
+                f"deleted=0 AND {column} IS NOT NULL AND "
+                f"rowid IN ({','.join('?' * len(rowids))})",
+                [tenant, *rowids],
+            )
+        ]
 
     def stats(self, tenant: str) -> dict[str, Any]:
         conn = self._db()
