@@ -333,11 +333,14 @@ class HybridSearcher:
         """The chunk hits as turn-level evidence (:func:`~convmem.retrieve.evidence.turn_hits`)
         for the cleaned ``query``, with the turn vectors the worker stored for them;
         ``language``: the ranker's (:attr:`rankers`)."""
-        stored = self.store.turn_vectors(request.tenant, list(rows)) if vector is not None else {}
-        # the candidate lines' search tokens, as the index worker stored them: a search then
-        # tokenizes none of them (jieba is most of a search over lines it never met)
+        # the turn vectors and the lines' search tokens the index worker stored: a search
+        # then embeds and tokenizes none of those lines (tokenizing lines this process never
+        # met cost 3-4 ms a search at 100k chunks: bench/speed.py tokens)
+        stored: dict[int, bytes] = {}
         known: dict[str, tuple[str, ...]] = {}
-        for rowid, tokens in self.store.turn_tokens(request.tenant, list(rows)).items():
+        for rowid, (blob, tokens) in self.store.turn_parts(request.tenant, list(rows)).items():
+            if blob is not None and vector is not None:
+                stored[rowid] = blob
             _, text, metadata = rows[rowid]
             known.update(known_tokens(tokens, text, metadata.get("turn_offsets") or []))
         dimension = self.embedding.dimension

@@ -178,31 +178,27 @@ class ChunkReads(Backend):
                 ],
             )
 
-    def turn_vectors(self, tenant: str, rowids: Sequence[int]) -> dict[int, bytes]:
-        """``rowid -> turn vectors`` (float32 rows back to back) of live chunks that have them."""
-        return {
-            rowid: bytes(value) for rowid, value in self._stored(tenant, rowids, "turn_vectors")
-        }
-
-    def turn_tokens(self, tenant: str, rowids: Sequence[int]) -> dict[int, str]:
-        """``rowid -> its lines' stored search tokens`` (convmem.ingest.line_tokens) of live
-        chunks that have them."""
-        return {rowid: str(value) for rowid, value in self._stored(tenant, rowids, "turn_tokens")}
-
-    def _stored(self, tenant: str, rowids: Sequence[int], column: str) -> list[tuple[int, Any]]:
-        """``(rowid, value)`` of one stored column of the live chunks among ``rowids`` where
-        it is set."""
+    def turn_parts(
+        self, tenant: str, rowids: Sequence[int]
+    ) -> dict[int, tuple[bytes | None, str | None]]:
+        """``rowid -> (turn vectors, stored line tokens)`` of the live chunks among ``rowids``
+        that have either: the float32 rows of their turns back to back, and their lines'
+        search tokens (convmem.ingest.line_tokens); None for what a chunk lacks."""
         if not rowids:
-            return []
-        return [
-            (row[0], row[1])
-            for row in self._db().execute(
-                f"SELECT rowid, {column} FROM chunks {self.NOT_INDEXED} WHERE tenant=? AND "
-                f"deleted=0 AND {column} IS NOT NULL AND "
-                f"rowid IN ({','.join('?' * len(rowids))})",
-                [tenant, *rowids],
+            return {}
+        rows = self._db().execute(
+            f"SELECT rowid, turn_vectors, turn_tokens FROM chunks {self.NOT_INDEXED} WHERE "
+            "tenant=? AND deleted=0 AND (turn_vectors IS NOT NULL OR turn_tokens IS NOT NULL) "
+            f"AND rowid IN ({','.join('?' * len(rowids))})",
+            [tenant, *rowids],
+        )
+        return {
+            row[0]: (
+                None if row[1] is None else bytes(row[1]),
+                None if row[2] is None else str(row[2]),
             )
-        ]
+            for row in rows
+        }
 
     def stats(self, tenant: str) -> dict[str, Any]:
         conn = self._db()
