@@ -29,15 +29,15 @@ FREQUENCY = {"汽车": 900, "车": 5000, "精神": 20000, "驾驶": 800, "处": 
 def test_an_english_word_reads_its_first_senses_ranked_by_sense_then_frequency() -> None:
     lexicon = Lexicon.parse(ENTRIES.splitlines(), FREQUENCY)
     # 车 is a first sense; 精神 means "drive" only in its second, after 驾驶's first
-    assert lexicon.chinese_of("car") == ["车", "汽车"]
+    assert lexicon.chinese_of("car") == ("车", "汽车")
     assert lexicon.chinese_of("drive")[0] == "驾驶" and "精神" in lexicon.chinese_of("drive")
     assert lexicon.chinese_of("driving")[0] == "驾驶"  # the plain form is tried
     # a single character only where the word is its first sense (处 "to live" is not)
-    assert lexicon.chinese_of("live") == []
-    assert lexicon.english_of("过敏") == ["allergy", "allergic", "oversensitive"]
+    assert lexicon.chinese_of("live") == ()
+    assert lexicon.english_of("过敏") == ("allergy", "allergic", "oversensitive")
     # surname senses are skipped and phrases ("to lay out") are no head words; each
     # character keeps its toneless readings
-    assert lexicon.english_of("陈") == []
+    assert lexicon.english_of("陈") == ()
     assert lexicon.name_readings("我表弟陈静的生日", 2) >= {"chenjing"}
 
 

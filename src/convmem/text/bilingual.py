@@ -50,15 +50,21 @@ _NAME_RUN = re.compile(r"[A-Z][a-z]+(?:[ -]?[A-Z][a-z]+)*")
 class Lexicon:
     """English head words of Chinese words and back, from CC-CEDICT entries: an English
     word's Chinese candidates ranked by the sense they come from, then by jieba's word
-    frequency; each character's toneless pinyin readings."""
+    frequency; each character's toneless pinyin readings.
 
-    english: dict[str, list[str]] = field(default_factory=dict)
-    chinese: dict[str, list[str]] = field(default_factory=dict)
-    pinyin: dict[str, set[str]] = field(default_factory=dict)
+    Every value is a tuple of strings: the garbage collector stops tracking such a tuple
+    the first time it meets one, while the lists and sets this was built from (some
+    80,000) stayed tracked for the life of the process, and every full collection walked
+    them (77 -> ... ms a pause, bench/README.md "Pauses of the collector")."""
+
+    english: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    chinese: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    pinyin: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, lines: Iterable[str], frequency: dict[str, int]) -> Lexicon:
         ranked: dict[str, dict[str, tuple[int, int]]] = {}
+        readings_of: dict[str, set[str]] = {}
         lexicon = cls()
         for line in lines:
             match = _ENTRY.match(line.strip())
@@ -70,7 +76,7 @@ class Lexicon:
             syllables = readings.lower().split()
             if len(syllables) == len(simplified):
                 for char, syllable in zip(simplified, syllables, strict=True):
-                    lexicon.pinyin.setdefault(char, set()).add(re.sub(r"[0-9:]", "", syllable))
+                    readings_of.setdefault(char, set()).add(re.sub(r"[0-9:]", "", syllable))
             if not frequency.get(simplified):
                 continue  # a word jieba never cuts is never looked up, nor worth matching
             heads: list[str] = []
@@ -83,32 +89,34 @@ class Lexicon:
                         best = ranked.setdefault(phrase, {}).get(simplified, (SENSES, 0))
                         ranked[phrase][simplified] = min(best, (rank, -frequency[simplified]))
             if heads and simplified not in lexicon.chinese:
-                lexicon.chinese[simplified] = heads[:SENSES]
+                lexicon.chinese[simplified] = tuple(heads[:SENSES])
         for word, candidates in ranked.items():
             order = sorted(candidates, key=lambda chinese: candidates[chinese])
             # a single character only as a word's first sense (住 "to live"), as it also
             # occurs inside unrelated words (处 in 处理)
-            lexicon.english[word] = [
+            lexicon.english[word] = tuple(
                 chinese for chinese in order if len(chinese) > 1 or candidates[chinese][0] == 0
-            ][:CANDIDATES]
+            )[:CANDIDATES]
+        # sorted: the readings a name's characters combine in are the same in every process
+        lexicon.pinyin = {char: tuple(sorted(found)) for char, found in readings_of.items()}
         return lexicon
 
-    def chinese_of(self, word: str) -> list[str]:
+    def chinese_of(self, word: str) -> tuple[str, ...]:
         """An English word's Chinese candidates (its plain form tried when the word has an
         ending: dogs, painted, painting)."""
         for form in _plain_forms(word):
             if self.english.get(form):
                 return self.english[form]
-        return []
+        return ()
 
-    def english_of(self, word: str) -> list[str]:
+    def english_of(self, word: str) -> tuple[str, ...]:
         """A Chinese word's English head words; a two-character word the dictionary does
         not hold reads as its characters' (jieba cuts 我的狗叫什么 as 狗叫: dog, call)."""
         if word in self.chinese:
             return self.chinese[word]
         if len(word) == 2:
-            return [head for char in word for head in self.chinese.get(char, [])[:1]]
-        return []
+            return tuple(head for char in word for head in self.chinese.get(char, ())[:1])
+        return ()
 
     def name_readings(self, text: str, width: int) -> set[str]:
         """The toneless pinyin of every ``width`` characters of the Chinese runs of
