@@ -1065,11 +1065,21 @@ def test_scope_terms_count_one_conversations_live_chunks(backend_url: str) -> No
         lunch = tokenize("lunch")[0]
         store = memory.store
         for query in ([ferry, tickets], [lunch], []):
-            ranking, scope = store.lexical_in_scope(memory.tenant, spec, query, 10, [zebra, lunch])
-            assert ranking == store.lexical(memory.tenant, spec, query, 10)
+            rankings, scope = store.lexical_in_scope(
+                memory.tenant, spec, [query], 10, [zebra, lunch]
+            )
+            assert rankings == [store.lexical(memory.tenant, spec, query, 10)]
             assert scope == (3, {zebra: 0, lunch: 1})
-        ranking, scope = store.lexical_in_scope(memory.tenant, wide, [ferry], 10, [zebra])
-        assert scope is None and ranking == store.lexical(memory.tenant, wide, [ferry], 10)
+        # several token lists (a question and its synonyms) from that one read: each ranks
+        # as lexical() ranks it alone, none takes the others' words
+        queries = [[ferry], [tickets, lunch], [zebra]]
+        rankings, scope = store.lexical_in_scope(memory.tenant, spec, queries, 10, [zebra])
+        assert rankings == [store.lexical(memory.tenant, spec, query, 10) for query in queries]
+        assert rankings[0] and rankings[1] and rankings[0] != rankings[1] and rankings[2] == []
+        assert scope == (3, {zebra: 0})
+        rankings, scope = store.lexical_in_scope(memory.tenant, wide, queries, 10, [zebra])
+        assert scope is None
+        assert rankings == [store.lexical(memory.tenant, wide, query, 10) for query in queries]
 
 
 def test_conversation_participants_are_the_names_of_its_live_chunks(backend_url: str) -> None:

@@ -281,11 +281,22 @@ def coverage(
     weights: Mapping[str, float], idfs: Mapping[str, float], tokens: Sequence[str]
 ) -> float:
     """The share of the question's weight that a text holds, in [0, 1]."""
-    total = sum(weights[term] * idfs[term] for term in weights)
-    if total <= 0:
-        return 0.0
-    held = set(tokens)
-    return sum(weights[term] * idfs[term] for term in weights if term in held) / total
+    return Coverage(weights, idfs)(tokens)
+
+
+class Coverage:
+    """:func:`coverage` of one question over many texts: its terms' weights (query weight
+    x idf) and their total summed once, not once per candidate line."""
+
+    def __init__(self, weights: Mapping[str, float], idfs: Mapping[str, float]) -> None:
+        self.weighted = {term: weights[term] * idfs[term] for term in weights}
+        self.total = sum(self.weighted.values())
+
+    def __call__(self, tokens: Sequence[str]) -> float:
+        if self.total <= 0:
+            return 0.0
+        held = set(tokens)
+        return sum(value for term, value in self.weighted.items() if term in held) / self.total
 
 
 def idf_table(weights: Mapping[str, float], documents: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -313,7 +324,7 @@ def chunk_evidence(hits: Sequence[Hit], query: str, similarity: Mapping[str, flo
     vector side did not return gets the lowest similarity it returned (an upper bound)."""
     weights = bm25.query_weights(tokenize(query), QUERY_TERMS)
     documents = [_tokens(hit.text) for hit in hits]
-    idfs = idf_table(weights, documents)
+    covered = Coverage(weights, idf_table(weights, documents))
     floor = min(similarity.values()) if similarity else None
     best = max(similarity.values()) if similarity else None
     return [
@@ -323,9 +334,7 @@ def chunk_evidence(hits: Sequence[Hit], query: str, similarity: Mapping[str, flo
                     **hit.metadata,
                     "evidence": _features(
                         Evidence(
-                            coverage(weights, idfs, tokens),
-                            similarity.get(hit.chunk_id, floor),
-                            coverage(weights, idfs, tokens),
+                            covered(tokens), similarity.get(hit.chunk_id, floor), covered(tokens)
                         ),
                         best,
                     ),
@@ -559,9 +568,9 @@ def turn_hits(
     lexical = bm25.rank(weights, documents)
     # coverage reads each line with its speaker label, and its whole chunk
     labelled = [tokens_of(unit.text) for unit in units]
-    idfs = idf_table(weights, labelled)
+    covered = Coverage(weights, idf_table(weights, labelled))
     context = {
-        hit.chunk_id: coverage(weights, idfs, tokens_of(hit.text))
+        hit.chunk_id: covered(tokens_of(hit.text))
         for hit in {unit.hit.chunk_id: unit.hit for unit in units}.values()
     }
     similarity = _similarities(
@@ -603,7 +612,7 @@ def turn_hits(
         score = (unit.hit.score + weight * match + share * vector_part + by_rule) / (
             1.0 + weight + share + rules
         )
-        found = Evidence(coverage(weights, idfs, tokens), cosine, context[unit.hit.chunk_id])
+        found = Evidence(covered(tokens), cosine, context[unit.hit.chunk_id])
         if relevance is not None:
             score = (score + relevance_weight * relevance(found)) / (1.0 + relevance_weight)
         scores.append(score)

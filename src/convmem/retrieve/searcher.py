@@ -167,8 +167,7 @@ class HybridSearcher:
         lexical query with them (the turns' own BM25 reads them too), the fused window
         again and its rows."""
         tokens = tokenize(" ".join(words))
-        ranking, _ = self.store.lexical_in_scope(request.tenant, spec, tokens, pool, [])
-        rankings.append((1.0, ranking))
+        rankings.append((1.0, self.store.lexical(request.tenant, spec, tokens, pool)))
         window = fuse(self.fusion, rankings)[:width]
         rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
         return f"{lexical_query} {' '.join(words)}", window, rows
@@ -207,31 +206,33 @@ class HybridSearcher:
         )
         bigrams = [bigram for spelled in kin for word in spelled for bigram in word]
         lookup = list(dict.fromkeys([*terms, *names, *bigrams]))
-        scope = None
-        if mode != "vector":
-            tokens = tokenize(query)
-            ranking, scope = self.store.lexical_in_scope(request.tenant, spec, tokens, pool, lookup)
-            rankings.append((1.0, ranking))
-        elif request.min_score is not None:
-            scope = self.store.scope_terms(request.tenant, spec, lookup)
-        turns = request.granularity == "turn"
-        width = max(request.top_k * 2, 20) + 10 if turns else request.top_k * 2 + 10
-        window = fuse(self.fusion, rankings)[:width]
-        rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
         lexical_query = query
         language = question_language(query)
         chinese = mode != "vector" and language == "zh"
         # a one-line Chinese question; a dialogue window keeps its own words (on MADial
         # their synonyms moved R@1 .311 -> .286)
         one_line = chinese and not is_window(query)
+        # the other words chat has for a Chinese question's kin, days and everyday things
+        # (父母: 爸妈; 早晨: 早上): a ranking of their own for the chunk candidates, and words
+        # of the turns' own BM25
         extra = synonyms_in(query) if one_line else []
-        if extra:
-            # the other words chat has for a Chinese question's kin, days and everyday
-            # things (父母: 爸妈; 早晨: 早上): a ranking of their own for the chunk candidates,
-            # and words of the turns' own BM25
-            lexical_query, window, rows = self._widen(
-                request, spec, rankings, extra, pool, width, lexical_query
+        scope = None
+        if mode != "vector":
+            queries = [tokenize(query)]
+            if extra:
+                queries.append(tokenize(" ".join(extra)))
+                lexical_query = f"{query} {' '.join(extra)}"
+            # both rankings and the scope's counts from one read of a conversation's rows
+            lexical, scope = self.store.lexical_in_scope(
+                request.tenant, spec, queries, pool, lookup
             )
+            rankings.extend((1.0, ranking) for ranking in lexical)
+        elif request.min_score is not None:
+            scope = self.store.scope_terms(request.tenant, spec, lookup)
+        turns = request.granularity == "turn"
+        width = max(request.top_k * 2, 20) + 10 if turns else request.top_k * 2 + 10
+        window = fuse(self.fusion, rankings)[:width]
+        rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
         known_as = aliases(query, [row[1] for row in rows.values()]) if one_line and rows else []
         if known_as:
             # the names the chat gives the people the question names by relation (我未婚夫

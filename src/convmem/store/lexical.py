@@ -114,25 +114,21 @@ class LexicalStats(Backend):
         self,
         tenant: str,
         spec: FilterSpec,
-        tokens: Sequence[str],
+        queries: Sequence[Sequence[str]],
         limit: int,
         terms: Collection[str],
-    ) -> tuple[list[tuple[int, float]], tuple[int, dict[str, int]] | None]:
-        """:meth:`lexical` and :meth:`scope_terms` of one search; within one conversation
-        from a single read of its rows (both would read the same rows)."""
+    ) -> tuple[list[list[tuple[int, float]]], tuple[int, dict[str, int]] | None]:
+        """:meth:`lexical` of each token list in ``queries`` and :meth:`scope_terms` of
+        ``terms``: within one conversation from a single read of its rows (each would read
+        the same rows; a Chinese question and its everyday synonyms are two queries)."""
         if spec.conversation_id is None:
-            return self.lexical(tenant, spec, tokens, limit), None
-        weights = query_terms(tokens, spec)
-        documents = self._scope_documents(tenant, spec, {*weights, *terms})
-        scope = _scope_counts(documents, terms)
-        if not weights:
-            return [], scope
-        if not set(terms) <= weights.keys():  # rank by the query's own terms only
-            documents = [
-                (rowid, length, {term: n for term, n in counts.items() if term in weights})
-                for rowid, length, counts in documents
-            ]
-        return score_rows(weights, documents, limit), scope
+            return [self.lexical(tenant, spec, tokens, limit) for tokens in queries], None
+        weights = [query_terms(tokens, spec) for tokens in queries]
+        wanted = {*terms, *(term for query in weights for term in query)}
+        documents = self._scope_documents(tenant, spec, wanted)
+        return [
+            _ranked(query, documents, limit, narrow=not wanted <= query.keys()) for query in weights
+        ], _scope_counts(documents, terms)
 
     def _selective_terms(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
         """The query's rarest terms within the postings budget (``POSTINGS_BUDGET``),
@@ -164,6 +160,26 @@ class LexicalStats(Backend):
             chosen[term] = count
             postings += count
         return chosen
+
+
+def _ranked(
+    weights: dict[str, float],
+    documents: Sequence[tuple[int, int, Mapping[str, int]]],
+    limit: int,
+    *,
+    narrow: bool,
+) -> list[tuple[int, float]]:
+    """:func:`score_rows` of ``documents`` for one query; with ``narrow``, their counts
+    are first cut to the query's own terms (they also count words another query or the
+    scope asked for, and a row holding only those is no candidate of this one)."""
+    if not weights:
+        return []
+    if narrow:
+        documents = [
+            (rowid, length, {term: n for term, n in counts.items() if term in weights})
+            for rowid, length, counts in documents
+        ]
+    return score_rows(weights, documents, limit)
 
 
 def _scope_counts(
