@@ -52,10 +52,12 @@ class Lexicon:
     word's Chinese candidates ranked by the sense they come from, then by jieba's word
     frequency; each character's toneless pinyin readings.
 
-    Every value is a tuple of strings: the garbage collector stops tracking such a tuple
-    the first time it meets one, while the lists and sets this was built from (some
-    80,000) stayed tracked for the life of the process, and every full collection walked
-    them (77 -> ... ms a pause, bench/README.md "Pauses of the collector")."""
+    Every value is a tuple of strings. The collector stops tracking such a tuple the first
+    time it meets one; the lists and sets this was first built of (some 80,000) stayed
+    tracked for the life of the process, and every full collection walked them: with the
+    dictionary read, a process's full collection took 108 ms with them, 42 ms without
+    (143k tracked objects -> 61k). A full collection comes every few hundred searches.
+    """
 
     english: dict[str, tuple[str, ...]] = field(default_factory=dict)
     chinese: dict[str, tuple[str, ...]] = field(default_factory=dict)
