@@ -140,6 +140,40 @@ def test_the_update_of_the_best_line_ranks_just_above_it() -> None:
     assert hits[0].text == lines[0]
 
 
+def test_an_update_shares_a_rare_word_and_only_the_lines_that_can_matter_are_segmented(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """西乡 said by more candidate turns than UPDATE_SHARED is no rare word: the change that
+    shares only it stays where it ranks. Segmenting is for the best lines, the later lines
+    that say a change and the lines that hold a best line's word as a substring, until the
+    word is known not to be rare: not for every candidate line (each new to the process is
+    a jieba call)."""
+    from convmem.retrieve import evidence
+
+    best = "用户: 送乐乐去游泳 每周六早上九点在西乡体育中心上课"
+    update = "用户: 今天不用去西乡了 教练说以后都改成周日下午三点"
+    fillers = [f"用户: 今天第{n}次吃了碗面条" for n in range(30)]
+    segmented: list[str] = []
+    real = evidence.words
+
+    def counted(text: str) -> list[str]:
+        segmented.append(text)
+        return real(text)
+
+    monkeypatch.setattr(evidence, "words", counted)
+    chunk = _hit("a", 1.0, [best, *fillers, update], list(range(32)))
+    hits = turn_hits([chunk], "乐乐的游泳课现在是星期几？", 3, update_weight=0.0, answer_weight=0.0)
+    assert hits[0].text == update
+    # the best line and the second best (a filler: its words are in every filler, so
+    # counting their holders stops at the fourth), the update, a few fillers
+    assert len(set(segmented)) <= 8 < len(fillers)
+
+    crowded = [f"用户: 西乡今天第{n}次下雨" for n in range(4)]  # 西乡 in four more turns
+    chunk = _hit("b", 1.0, [best, *crowded, update], list(range(6)))
+    hits = turn_hits([chunk], "乐乐的游泳课现在是星期几？", 2, update_weight=0.0, answer_weight=0.0)
+    assert hits[0].text == best
+
+
 def test_a_ranker_reads_whether_a_line_answers_and_whether_it_says_a_change() -> None:
     lines = [
         "用户: 我住在西湖区，离公司很近。",

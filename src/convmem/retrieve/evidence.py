@@ -34,7 +34,7 @@ import numpy as np
 from convmem.ingest import spoken, vector_rows
 from convmem.models import Hit
 from convmem.retrieve.fusion import turns_of
-from convmem.text import bm25, tokenize, tokenizer_signature, words
+from convmem.text import bm25, tokenize, tokenizer_signature, word_text, words
 from convmem.text.answers import answer_kind, asks_current, changes, states
 from convmem.text.dates import date_span
 
@@ -650,28 +650,56 @@ def _updated(units: Sequence[_Unit], lines: Sequence[str], scores: Sequence[floa
     shares a rare word with that line (one that at most :data:`UPDATE_SHARED` candidate
     turns say, each turn counted once however many chunks hold it). An update names what
     changed by the thing it is about (西乡, the pool), not by the question's words, so the
-    question alone does not find it."""
-    # each turn line's (conversation, seq) and its words of two characters or more
+    question alone does not find it.
+
+    Lines are segmented only where it can matter: the best lines, the later lines that
+    say a change, and the lines that hold a best line's word as a substring (a line
+    without it cannot say it), until that word is no longer rare. Segmenting every
+    candidate line (a hundred, most of them new to the process) cost a search 5-15 ms."""
+    # each turn line's (conversation, seq)
     turns = {
         i: (unit.hit.metadata.get("conversation_id"), unit.seq)
         for i, unit in enumerate(units)
         if unit.seq is not None
     }
-    said = {i: frozenset(word for word in words(lines[i]) if len(word) >= 2) for i in turns}
-    held: dict[str, set[tuple[Any, int]]] = {}
-    for i, turn in turns.items():
-        for word in said[i]:
-            held.setdefault(word, set()).add(turn)
     best: dict[tuple[Any, int], int] = {}
     for i in sorted(turns, key=lambda i: -scores[i]):
         if len(best) == UPDATE_LINES:
             break
         best.setdefault(turns[i], i)
+    said_by: dict[int, frozenset[str]] = {}
+    texts: dict[int, str] = {}
+
+    def said(i: int) -> frozenset[str]:  # a line's words of two characters or more
+        if i not in said_by:
+            said_by[i] = frozenset(word for word in words(lines[i]) if len(word) >= 2)
+        return said_by[i]
+
+    def rare(word: str) -> bool:  # said by at most UPDATE_SHARED candidate turns
+        holding: set[tuple[Any, int]] = set()
+        for i, turn in turns.items():
+            if turn in holding:
+                continue
+            if i not in texts:
+                texts[i] = word_text(lines[i])
+            if word in texts[i] and word in said(i):
+                holding.add(turn)
+                if len(holding) > UPDATE_SHARED:
+                    return False
+        return True
+
     out = list(scores)
     for (conversation, seq), anchor in best.items():
-        rare = {word for word in said[anchor] if len(held[word]) <= UPDATE_SHARED}
-        for i, (other, later) in turns.items():
-            if other == conversation and later > seq and rare & said[i] and changes(lines[i]):
+        later = [
+            i
+            for i, (other, after) in turns.items()
+            if other == conversation and after > seq and changes(lines[i])
+        ]
+        if not later:
+            continue
+        shared = {word for word in said(anchor) if rare(word)}
+        for i in later:
+            if shared & said(i):
                 out[i] = max(out[i], scores[anchor] + 1e-6)
     return out
 

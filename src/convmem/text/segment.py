@@ -35,6 +35,7 @@ __all__ = [
     "surname_opening",
     "tokenize",
     "tokenizer_signature",
+    "word_text",
     "words",
 ]
 
@@ -481,6 +482,13 @@ def tokenizer_signature() -> str:
     return (
         f"{TOKENIZER_VERSION}:{_user_dict_digest}" if _user_dict_digest else str(TOKENIZER_VERSION)
     )
+
+
+def word_text(text: str) -> str:
+    """``text`` as :func:`words` reads it (NFKC, case-folded): every word it gives is a
+    substring of this, so a text without a word here cannot hold it (a cheap test before
+    segmenting)."""
+    return _normalise(text)
 
 
 def words(text: str) -> list[str]:
