@@ -93,3 +93,40 @@ def test_a_chinese_question_searches_english_memory_by_its_words_english_stems(
     # an English question of English memory takes no translation path (same hits as before)
     plain = memory.search("When did Melanie paint a sunrise?", 3, {"conversation_id": "c"})
     assert "sunrise" in plain[0].text
+
+
+@needs_cedict
+def test_the_bridge_reads_the_line_tokens_the_worker_stored(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hit in the other language than the question is bridged by its stored search
+    tokens: no hit line is tokenized again, and the bridge is what tokenizing gives."""
+    lines = [
+        "Melanie: We went camping with the kids last weekend.",
+        "Melanie: I painted that lake sunrise last year!",
+        *[f"Melanie: Work was busy again, meeting number {n} ran late." for n in range(8)],
+    ]
+    turns = make_turns([line.split(": ", 1)[1] for line in lines])
+    for turn in turns:
+        turn["name"] = "Melanie"
+    memory.add_turns("c", turns)
+    memory.flush()
+    question, scope = "Melanie画日出是什么时候？", {"conversation_id": "c"}
+    tokenized: list[str] = []
+    real = bilingual.tokenize
+
+    def counted(text: str) -> list[str]:
+        tokenized.append(text)
+        return real(text)
+
+    monkeypatch.setattr(bilingual, "tokenize", counted)
+    hits = memory.search(question, top_k=3, filters=scope)
+    assert hits and all("bridge" in hit.metadata["evidence"] for hit in hits)
+    assert not [text for text in tokenized if text.startswith("Melanie:")]
+    with memory.store._write() as conn:  # a store indexed before tokens were kept
+        conn.execute("UPDATE chunks SET turn_tokens=NULL")
+    again = memory.search(question, top_k=3, filters=scope)
+    assert [text for text in tokenized if text.startswith("Melanie:")]
+    assert [hit.metadata["evidence"]["bridge"] for hit in again] == [
+        hit.metadata["evidence"]["bridge"] for hit in hits
+    ]

@@ -488,17 +488,25 @@ def absent_share(terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | No
     return sum(1 for term in terms if not counts.get(term, 0)) / SPECIFIC_WORDS
 
 
-def bridged(question: str, hits: Sequence[Hit], languages: Sequence[str]) -> list[Hit]:
+def bridged(
+    question: str,
+    hits: Sequence[Hit],
+    languages: Sequence[str],
+    tokens: Mapping[str, Sequence[str]] | None = None,
+) -> list[Hit]:
     """``hits`` with the word bridge (:func:`~convmem.text.bilingual.bridge`) in the
     evidence of each one in the other language than the question's (``languages``:
-    :func:`hit_language` of each hit); the dictionary is only read when there is one."""
+    :func:`hit_language` of each hit); the dictionary is only read when there is one.
+    ``tokens``: the search tokens of the hits' texts the index worker stored, by text."""
     if CROSS not in languages:
         return list(hits)
     terms = question_terms(question)
+    known = tokens or {}
     out = []
     for hit, language in zip(hits, languages, strict=True):
         if language == CROSS:
-            evidence = {**(hit.metadata.get("evidence") or {}), "bridge": bridge(terms, hit.text)}
+            found = bridge(terms, hit.text, known.get(hit.text))
+            evidence = {**(hit.metadata.get("evidence") or {}), "bridge": found}
             hit = hit.model_copy(update={"metadata": {**hit.metadata, "evidence": evidence}})
         out.append(hit)
     return out

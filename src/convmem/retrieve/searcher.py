@@ -271,7 +271,12 @@ class HybridSearcher:
             for rowid, score in (rankings[0][1] if vector is not None and mode != "lexical" else [])
             if rowid in rows
         }
+        # the search tokens the index worker stored for the candidates' lines, by line
+        known: dict[str, tuple[str, ...]] = {}
         if turns:
+            stored, known = self._stored_parts(
+                request.tenant, rows, vector is not None and mode != "lexical"
+            )
             hits = self._turn_hits(
                 request,
                 spec,
@@ -282,6 +287,8 @@ class HybridSearcher:
                 similarity,
                 weight,
                 "zh" if language == "zh" and not english_memory else None,
+                stored,
+                known,
             )
         else:
             hits = chunk_evidence(hits, lexical_query, similarity)
@@ -290,7 +297,7 @@ class HybridSearcher:
             # the cross-language fit when it is in the other
             key = (request.granularity, scope is not None)
             languages = [hit_language(language, hit.text) for hit in hits]
-            hits = bridged(query, hits, languages)
+            hits = bridged(query, hits, languages, known)
             hits = calibrate(
                 hits,
                 [self.calibrations[(*key, fit)] for fit in languages],
@@ -319,6 +326,22 @@ class HybridSearcher:
             return None
         return typical_similarity(self.embedding, vector / norm, language)
 
+    def _stored_parts(
+        self, tenant: str, rows: dict[int, tuple[str, str, dict[str, Any]]], vectors: bool
+    ) -> tuple[dict[int, bytes], dict[str, tuple[str, ...]]]:
+        """The turn vectors (where the search has a vector side) and the lines' search
+        tokens the index worker stored for the candidate ``rows``: a search then embeds and
+        tokenizes none of those lines (tokenizing lines this process never met cost 3-4 ms
+        a search at 100k chunks: bench/speed.py tokens)."""
+        stored: dict[int, bytes] = {}
+        known: dict[str, tuple[str, ...]] = {}
+        for rowid, (blob, tokens) in self.store.turn_parts(tenant, list(rows)).items():
+            if blob is not None and vectors:
+                stored[rowid] = blob
+            _, text, metadata = rows[rowid]
+            known.update(known_tokens(tokens, text, metadata.get("turn_offsets") or []))
+        return stored, known
+
     def _turn_hits(
         self,
         request: SearchRequest,
@@ -330,20 +353,12 @@ class HybridSearcher:
         similarity: dict[str, float],
         weight: float,
         language: str | None,
+        stored: dict[int, bytes],
+        known: dict[str, tuple[str, ...]],
     ) -> list[Hit]:
         """The chunk hits as turn-level evidence (:func:`~convmem.retrieve.evidence.turn_hits`)
-        for the cleaned ``query``, with the turn vectors the worker stored for them;
-        ``language``: the ranker's (:attr:`rankers`)."""
-        # the turn vectors and the lines' search tokens the index worker stored: a search
-        # then embeds and tokenizes none of those lines (tokenizing lines this process never
-        # met cost 3-4 ms a search at 100k chunks: bench/speed.py tokens)
-        stored: dict[int, bytes] = {}
-        known: dict[str, tuple[str, ...]] = {}
-        for rowid, (blob, tokens) in self.store.turn_parts(request.tenant, list(rows)).items():
-            if blob is not None and vector is not None:
-                stored[rowid] = blob
-            _, text, metadata = rows[rowid]
-            known.update(known_tokens(tokens, text, metadata.get("turn_offsets") or []))
+        for the cleaned ``query``, with the turn vectors and line tokens the worker stored
+        for them (:meth:`_stored_parts`); ``language``: the ranker's (:attr:`rankers`)."""
         dimension = self.embedding.dimension
         # a one-line question's turns also rank by the model's calibrated relevance and
         # its ranker (both fitted on one-line questions; a dialogue window keeps its

@@ -24,7 +24,7 @@ import importlib.resources
 import itertools
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from convmem.text.clean import is_mostly_cjk
@@ -228,14 +228,16 @@ def question_terms(question: str) -> QuestionTerms:
     return QuestionTerms(chinese, (), names)
 
 
-def bridge(terms: QuestionTerms, text: str) -> float:
+def bridge(terms: QuestionTerms, text: str, tokens: Sequence[str] | None = None) -> float:
     """The share of the question's looked-up words (:func:`question_terms`) that ``text``
-    says in its own language; 0.0 when none could be looked up."""
+    says in its own language; 0.0 when none could be looked up. ``tokens``: the text's
+    search tokens where they are at hand (stored by the index worker), else it is
+    tokenized here."""
     if terms.count == 0:
         return 0.0
     hits = sum(1 for options in terms.chinese if any(option in text for option in options))
     if terms.english:
-        stems = set(tokenize(text))
+        stems = set(tokenize(text) if tokens is None else tokens)
         hits += sum(1 for options in terms.english if options & stems)
     if terms.names:
         found = lexicon()
