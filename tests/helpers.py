@@ -151,3 +151,17 @@ def strip_clause_vectors(memory: Memory) -> None:
                     "UPDATE chunks SET turn_vectors=? WHERE rowid=?",
                     (bytes(blob)[: lines * 4 * dimension], rowid),
                 )
+
+
+def spy(monkeypatch: Any, module: Any, name: str) -> list[str]:
+    """Replace ``module.name`` (a one-argument text function) by one that records each text
+    it is given and then calls the real one; returns the record."""
+    seen: list[str] = []
+    real = getattr(module, name)
+
+    def recorded(text: str) -> Any:
+        seen.append(text)
+        return real(text)
+
+    monkeypatch.setattr(module, name, recorded)
+    return seen

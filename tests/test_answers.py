@@ -10,7 +10,7 @@ from convmem import Memory
 from convmem.retrieve.evidence import LineFeatures, turn_hits
 from convmem.text import tokenize
 from convmem.text.answers import KINDS, answer_kind, asks_current, changes, states
-from helpers import chat_of
+from helpers import chat_of, spy
 from test_evidence import _hit
 
 
@@ -153,14 +153,7 @@ def test_an_update_shares_a_rare_word_and_only_the_lines_that_can_matter_are_seg
     best = "用户: 送乐乐去游泳 每周六早上九点在西乡体育中心上课"
     update = "用户: 今天不用去西乡了 教练说以后都改成周日下午三点"
     fillers = [f"用户: 今天第{n}次吃了碗面条" for n in range(30)]
-    segmented: list[str] = []
-    real = evidence.words
-
-    def counted(text: str) -> list[str]:
-        segmented.append(text)
-        return real(text)
-
-    monkeypatch.setattr(evidence, "words", counted)
+    segmented = spy(monkeypatch, evidence, "words")
     chunk = _hit("a", 1.0, [best, *fillers, update], list(range(32)))
     hits = turn_hits([chunk], "乐乐的游泳课现在是星期几？", 3, update_weight=0.0, answer_weight=0.0)
     assert hits[0].text == update

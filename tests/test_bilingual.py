@@ -9,7 +9,7 @@ import pytest
 from convmem import Memory
 from convmem.text import bilingual
 from convmem.text.bilingual import Lexicon, bridge, question_terms
-from helpers import make_turns
+from helpers import make_turns, spy
 
 # CC-CEDICT's line format: traditional simplified [pinyin] /sense/sense/
 ENTRIES = """\
@@ -112,14 +112,7 @@ def test_the_bridge_reads_the_line_tokens_the_worker_stored(
     memory.add_turns("c", turns)
     memory.flush()
     question, scope = "Melanie画日出是什么时候？", {"conversation_id": "c"}
-    tokenized: list[str] = []
-    real = bilingual.tokenize
-
-    def counted(text: str) -> list[str]:
-        tokenized.append(text)
-        return real(text)
-
-    monkeypatch.setattr(bilingual, "tokenize", counted)
+    tokenized = spy(monkeypatch, bilingual, "tokenize")
     hits = memory.search(question, top_k=3, filters=scope)
     assert hits and all("bridge" in hit.metadata["evidence"] for hit in hits)
     assert not [text for text in tokenized if text.startswith("Melanie:")]
