@@ -20,3 +20,15 @@ def test_exception_tree() -> None:
     assert issubclass(errors.FlushTimeoutError, TimeoutError)
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), errors.ConvmemError)
+
+
+def test_importing_the_library_loads_no_http_client() -> None:
+    """httpx is loaded by what calls a remote endpoint (the OpenAI-compatible embedder, the
+    chat client, the HTTP client), not by ``import convmem``: it brought some 10,000
+    objects that every full collection of the garbage collector walked in every process."""
+    import subprocess
+    import sys
+
+    code = "import sys, convmem; print('httpx' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-import httpx
 import json_repair
 
 from convmem.errors import ConvmemError
 from convmem.remote import Retry, post_json
+
+if TYPE_CHECKING:  # imported when a client is made: `import convmem` does not load it
+    import httpx
 
 __all__ = ["ChatClient", "ChatError", "ChatOptions", "parse_json_answer"]
 
@@ -78,6 +80,8 @@ class ChatClient:
         extra_body: Mapping[str, Any] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        import httpx
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
@@ -114,6 +118,8 @@ class ChatClient:
             ) from None
 
     def _post(self, messages: list[dict[str, str]]) -> httpx.Response:
+        import httpx
+
         body: dict[str, Any] = {"model": self.model, "temperature": 0, "messages": messages}
         if self._json_mode:
             body["response_format"] = {"type": "json_object"}

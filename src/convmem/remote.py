@@ -9,9 +9,10 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:  # imported where a call is made: `import convmem` does not load it
+    import httpx
 
 __all__ = ["RETRY_STATUSES", "Retry", "post_json"]
 
@@ -48,6 +49,8 @@ def post_json(
     sleep: Callable[[float], None] = time.sleep,
 ) -> httpx.Response:
     """POST ``body``; the last answer, or the last transport error raised, after retries."""
+    import httpx
+
     for attempt in range(retry.attempts):
         last = attempt == retry.attempts - 1
         try:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import numpy as np
 
 from convmem.embed.base import Vectors, normalise_rows
 from convmem.errors import EmbedderError
 from convmem.remote import Retry, post_json
+
+if TYPE_CHECKING:  # imported when an embedder is made: `import convmem` does not load it
+    import httpx
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -44,6 +46,8 @@ class OpenAIEmbedder:
         request_dimensions: bool = False,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        import httpx
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
@@ -67,6 +71,8 @@ class OpenAIEmbedder:
         return self._dimension
 
     def _request(self, batch: list[str]) -> Vectors:
+        import httpx
+
         try:
             body: dict[str, Any] = {"model": self._model, "input": batch}
             if self._request_dimensions:
