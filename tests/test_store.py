@@ -47,6 +47,29 @@ def test_an_older_store_is_migrated_on_open(tmp_path: Path) -> None:
         assert memory.search("护照", top_k=1)  # tenant-wide lexical uses the new table
 
 
+def test_a_conversations_participants_are_read_from_an_index_alone(tmp_path: Path) -> None:
+    """Every search of one conversation reads who speaks in it; the rows hold the vectors
+    (pages of them per row), so the names come from a covering index, in a store migrated
+    from version 7 too."""
+    path = tmp_path / "p.db"
+    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(["护照明年过期", "好的"]))
+        memory.flush()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX chunks_participants")
+    conn.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
+        plan = memory.store._db().execute(
+            "EXPLAIN QUERY PLAN SELECT DISTINCT participants FROM chunks WHERE tenant=? AND "
+            "conversation_id=? AND deleted=0",
+            ["default", "c"],
+        )
+        assert "COVERING INDEX chunks_participants" in " ".join(str(row) for row in plan)
+        assert memory.store.conversation_participants("default", "c")
+
+
 def test_tenant_wide_lexical_keeps_rare_terms_when_common_ones_are_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

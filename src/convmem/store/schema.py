@@ -19,7 +19,7 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "UPSERT_META", "SchemaTables"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 MIGRATIONS: list[str] = [
     # 1: initial schema
@@ -119,6 +119,10 @@ MIGRATIONS: list[str] = [
     "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS turn_vectors BLOB",
     # 7: ... and its lines' search tokens (convmem.ingest.line_tokens)
     "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS turn_tokens TEXT",
+    # 8: who speaks in a conversation, read from the index alone (every search of one
+    # conversation asks; from the rows, which hold the vectors, it cost 1-10 ms at 100k)
+    "CREATE INDEX IF NOT EXISTS chunks_participants "
+    "ON chunks (tenant, conversation_id, deleted, participants)",
 ]
 
 UPSERT_META = "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
