@@ -27,16 +27,22 @@ def test_a_store_from_a_newer_convmem_is_refused(tmp_path: Path) -> None:
         Memory.open(str(path), embedder=HashingEmbedder(), workers=0)
 
 
-def test_an_older_store_is_migrated_on_open(tmp_path: Path) -> None:
-    path = tmp_path / "m.db"
+def _older_store(path: Path, version: int, undo: str) -> None:
+    """A store with one indexed conversation, taken back to schema ``version`` by ``undo``
+    (what the later migrations added)."""
     with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
         memory.add_turns("c", make_turns(["护照明年过期", "好的"]))
         memory.flush()
     conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE chunks_vocab")
-    conn.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    conn.execute(undo)
+    conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
     conn.commit()
     conn.close()
+
+
+def test_an_older_store_is_migrated_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    _older_store(path, 1, "DROP TABLE chunks_vocab")
     with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
         version = (
             memory.store._db()
@@ -52,14 +58,7 @@ def test_a_conversations_participants_are_read_from_an_index_alone(tmp_path: Pat
     (pages of them per row), so the names come from a covering index, in a store migrated
     from version 7 too."""
     path = tmp_path / "p.db"
-    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
-        memory.add_turns("c", make_turns(["护照明年过期", "好的"]))
-        memory.flush()
-    conn = sqlite3.connect(path)
-    conn.execute("DROP INDEX chunks_participants")
-    conn.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
-    conn.commit()
-    conn.close()
+    _older_store(path, 7, "DROP INDEX chunks_participants")
     with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
         plan = memory.store._db().execute(
             "EXPLAIN QUERY PLAN SELECT DISTINCT participants FROM chunks WHERE tenant=? AND "

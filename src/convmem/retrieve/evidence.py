@@ -48,10 +48,10 @@ __all__ = [
     "UPDATE_LINES",
     "UPDATE_SHARED",
     "UPDATE_WEIGHT",
+    "Coverage",
     "Evidence",
     "LineFeatures",
     "chunk_evidence",
-    "coverage",
     "named",
     "turn_hits",
     "without_names",
@@ -277,16 +277,10 @@ def _asks(unit: _Unit) -> bool:
     return unit.seq is not None and _spoken(unit).rstrip().endswith(QUESTION_ENDS)
 
 
-def coverage(
-    weights: Mapping[str, float], idfs: Mapping[str, float], tokens: Sequence[str]
-) -> float:
-    """The share of the question's weight that a text holds, in [0, 1]."""
-    return Coverage(weights, idfs)(tokens)
-
-
 class Coverage:
-    """:func:`coverage` of one question over many texts: its terms' weights (query weight
-    x idf) and their total summed once, not once per candidate line."""
+    """The share of one question's weight that a text holds, in [0, 1], for many texts:
+    its terms' weights (query weight x idf) and their total summed once, not once per
+    candidate line."""
 
     def __init__(self, weights: Mapping[str, float], idfs: Mapping[str, float]) -> None:
         self.weighted = {term: weights[term] * idfs[term] for term in weights}
