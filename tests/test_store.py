@@ -84,10 +84,42 @@ def test_tenant_wide_lexical_keeps_rare_terms_when_common_ones_are_dropped(
         )
         memory.flush()
         spec = parse_filters(None, tenant="default")
-        hits = memory.store.lexical("default", spec, ["common", "words", "zanzibar"], 5)
+        hits = memory.store.lexical("default", spec, ["zanzibar", "common"], 5)
         assert len(hits) == 1  # only the rare term survived the budget, and it still matches
         top = memory.search("common words zanzibar", top_k=1, mode="lexical")
         assert top[0].metadata["conversation_id"] == "rare"
+
+
+def test_tenant_wide_lexical_reads_left_out_terms_in_pairs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Terms left out for the budget still find the few chunks that hold two of them
+    ("read" and "book", each in many chunks), ranked below the rare term's chunk."""
+    monkeypatch.setattr(store_lexical.LexicalStats, "POSTINGS_BUDGET", 3)
+    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        for index in range(5):
+            memory.add_turns(f"r{index}", make_turns([f"I read the news on page {index}", "ok"]))
+            memory.add_turns(f"b{index}", make_turns([f"I bought a book at shop {index}", "ok"]))
+        memory.add_turns("both", make_turns(["I read the book my sister gave me", "ok"]))
+        memory.add_turns("rare", make_turns(["I booked the zanzibar ferry for the trip", "ok"]))
+        memory.flush()
+        spec = parse_filters(None, tenant="default")
+        store = memory.store
+        tokens = tokenize("read book zanzibar")
+
+        def found(pairs: int) -> list[str]:
+            monkeypatch.setattr(store_lexical, "PAIRS", pairs)
+            hits = store.lexical("default", spec, tokens, 10)
+            return [
+                row[2]["conversation_id"]
+                for row in store.load_rows("default", [h for h, _ in hits]).values()
+            ]
+
+        assert found(0) == ["rare"]  # read and book are each in six chunks: over budget
+        assert sorted(found(6)) == ["both", "rare"]
+        # a secondary ranking reads no pairs
+        hits = store.lexical("default", spec, tokens, 10, secondary=True)
+        assert len(hits) == 1
 
 
 def test_a_secondary_ranking_reads_a_quarter_of_the_tenant_wide_budget(

@@ -229,9 +229,13 @@ class SQLiteStore(SQLStore):
         # FTS5's bm25() sums over the query's phrases, so a phrase given twice counts
         # twice: query weights are applied rounded to whole repeats
         match = " OR ".join(
-            " OR ".join(['"' + token.replace('"', '""') + '"'] * round(weights[token]))
-            for token in unique
+            " OR ".join([_phrase(token)] * round(weights[token])) for token in unique
         )
+        if not secondary:
+            # the left-out terms' pairs (each term of a pair counts once more in bm25())
+            chunks = conn.execute("SELECT max(rowid) FROM chunks").fetchone()[0] or 0
+            for a, b in self._pairs(list(weights), unique, chunks):
+                match += f" OR ({_phrase(a)} AND {_phrase(b)})"
         window = max(limit * 4, 200)
         while True:
             rows = conn.execute(
@@ -268,3 +272,8 @@ class SQLiteStore(SQLStore):
                     counts[word] = counts.get(word, 0) + 1
             documents.append((rowid, len(words), counts))
         return documents
+
+
+def _phrase(token: str) -> str:
+    """``token`` as an FTS5 phrase."""
+    return '"' + token.replace('"', '""') + '"'
