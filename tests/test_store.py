@@ -122,28 +122,6 @@ def test_tenant_wide_lexical_reads_left_out_terms_in_pairs(
         assert len(hits) == 1
 
 
-def test_a_secondary_ranking_reads_a_quarter_of_the_tenant_wide_budget(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """More words for a question already ranked (its synonyms, its words in English) read
-    their rarest terms within a quarter of the postings budget."""
-    monkeypatch.setattr(store_lexical.LexicalStats, "POSTINGS_BUDGET", 8)
-    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
-        for index in range(6):
-            said = f"I booked the harbour ferry for trip number {index}"
-            memory.add_turns(f"c{index}", make_turns([said, "Noted, the ferry is booked"]))
-        said = "I booked the zanzibar ferry for the trip"
-        memory.add_turns("lone", make_turns([said, "Noted, the ferry is booked"]))
-        memory.flush()
-        spec = parse_filters(None, tenant="default")
-        store = memory.store
-        tokens = tokenize("ferry zanzibar")  # 7 + 1 postings: within 8, beyond a quarter of it
-        assert len(store.lexical("default", spec, tokens, 10)) == 7
-        assert len(store.lexical("default", spec, tokens, 10, secondary=True)) == 1
-        rankings, _ = store.lexical_in_scope("default", spec, [tokens, tokens], 10, [])
-        assert [len(ranking) for ranking in rankings] == [7, 1]
-
-
 def test_hit_rows_are_looked_up_by_rowid_not_by_scanning_the_tenant(tmp_path: Path) -> None:
     with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
         conn = memory.store._db()

@@ -887,6 +887,42 @@ def test_one_conversation_is_scored_with_its_own_statistics(backend_url: str) ->
         assert [round(score, 6) for _, score in got] == [round(score, 6) for _, score in want]
 
 
+def test_tenant_wide_lexical_reads_left_out_terms_in_pairs(
+    backend_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Terms a tenant-wide query leaves out for its postings budget ("read" and "book",
+    each in six chunks) still find the chunk that holds both, as a conjunction; a
+    secondary ranking (a question's synonyms) reads a quarter of the budget and no pairs."""
+    from convmem.store import lexical
+    from convmem.text import tokenize
+
+    texts = [f"I read the news on page {i}" for i in range(5)]
+    texts += [f"I bought a book at shop {i}" for i in range(5)]
+    texts += ["I read the book my sister gave me", "the zanzibar ferry and a book and a read"]
+    with opened(backend_url) as memory:
+        records = [chunk(f"k{i}", text, conversation=f"c{i}") for i, text in enumerate(texts)]
+        assert memory.upsert_chunks(records).errors == []
+        store = memory.store
+        store.POSTINGS_BUDGET = 3  # type: ignore[attr-defined]
+        chunk_ids = rows_of(memory)
+        wide = parse_filters(None, tenant=memory.tenant)
+        tokens = tokenize("read book zanzibar")
+
+        def found(pairs: int, *, secondary: bool = False) -> list[str]:
+            monkeypatch.setattr(lexical, "PAIRS", pairs)
+            hits = store.lexical(memory.tenant, wide, tokens, 20, secondary=secondary)
+            return [chunk_ids[rowid] for rowid, _ in hits]
+
+        assert found(0) == ["k11"]  # only the rare term is within the budget
+        with_pairs = found(6)
+        assert with_pairs[0] == "k11" and sorted(with_pairs) == ["k10", "k11"]
+        # 1 + 7 postings within 12: one term left out, no pair; a secondary ranking reads
+        # within a quarter of the budget (zanzibar's 1), and never in pairs
+        store.POSTINGS_BUDGET = 12  # type: ignore[attr-defined]
+        assert found(6) == found(0) and len(found(0)) == 7
+        assert found(6, secondary=True) == ["k11"]
+
+
 @pytest.mark.parametrize("backend", ["postgres", "citus"])
 def test_the_hnsw_graph_is_built_with_the_chosen_breadth(backend_url: str) -> None:
     from convmem.store.postgres import HNSW_EF_CONSTRUCTION, HNSW_M

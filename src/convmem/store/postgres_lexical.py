@@ -213,7 +213,8 @@ class PostgresLexical(ChunkReads, LexicalStats):
         Within one conversation its rows are scored directly (:meth:`_scope_documents`).
         Across a tenant, term frequencies come from the stored positions, document
         frequencies and the collection size from the whole index (as FTS5 does), and the
-        rarest terms within the postings budget are read; repeated query terms weigh more
+        rarest terms within the postings budget are read, and pairs of the terms left out
+        as conjunctions (:meth:`_pairs`); repeated query terms weigh more
         (:func:`query_terms`).
         """
         weights = query_terms(tokens, spec)
@@ -225,11 +226,18 @@ class PostgresLexical(ChunkReads, LexicalStats):
         counts = self._selective_terms(reader, list(weights), secondary=secondary)
         if not counts:
             return []
-        terms = list(counts)
         documents, mean = self._collection()
+        # the left-out terms' pairs (LexicalStats._pairs): candidates through a GIN
+        # conjunction, each term of a pair scored once in the exact stage
+        pairs = [] if secondary else self._pairs(list(weights), counts, documents)
+        found = {**counts, **{t: self._term_cache.get(t, 0) for pair in pairs for t in pair}}
+        terms = list(found)
         # the collection count is cached and may trail a just-counted term: bm25.idf
         # takes the larger of the two
-        idf = [bm25.idf(documents, found) * weights[term] for term, found in counts.items()]
+        idf = {term: bm25.idf(documents, n) * weights[term] for term, n in found.items()}
+        # what finds the candidates: each chosen term, each pair, with its summed idf
+        seeds = [([term], idf[term]) for term in counts]
+        seeds += [(list(pair), idf[pair[0]] + idf[pair[1]]) for pair in pairs]
         where, params = self._live_clause(spec)
         # Two stages. First every matching row is ranked by BM25 as if each of its terms
         # occurred once (idf and the row's length, both at hand): one GIN lookup per term
@@ -239,14 +247,16 @@ class PostgresLexical(ChunkReads, LexicalStats):
         rows = reader.execute(
             f"""
             WITH q AS (
-                SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS tsquery[]),
-                    CAST(? AS float8[])) AS q(term, query, idf)
+                SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS float8[])) AS q(term, idf)
+            ), seeds AS (
+                SELECT * FROM unnest(CAST(? AS tsquery[]), CAST(? AS float8[]))
+                    AS s(query, idf)
             ), candidates AS (
-                SELECT m.rowid FROM q CROSS JOIN LATERAL (
-                    SELECT c.rowid, c.ntokens FROM chunks c WHERE c.tsv @@ q.query AND {where}
+                SELECT m.rowid FROM seeds s CROSS JOIN LATERAL (
+                    SELECT c.rowid, c.ntokens FROM chunks c WHERE c.tsv @@ s.query AND {where}
                 ) AS m
                 GROUP BY m.rowid
-                ORDER BY sum(q.idf / (1 + ? * (1 - ? + ? * m.ntokens / ?))) DESC, m.rowid
+                ORDER BY sum(s.idf / (1 + ? * (1 - ? + ? * m.ntokens / ?))) DESC, m.rowid
                 LIMIT ?
             )
             SELECT d.rowid,
@@ -261,8 +271,9 @@ class PostgresLexical(ChunkReads, LexicalStats):
             """,
             [
                 terms,
-                [_tsquery([term]) for term in terms],
-                idf,
+                [idf[term] for term in terms],
+                [" & ".join(_lexeme(term) for term in seed) for seed, _ in seeds],
+                [weight for _, weight in seeds],
                 tenant,
                 self.now(),
                 *params,
