@@ -41,8 +41,8 @@ LEXICAL_POSTINGS_BUDGET = 4000
 # A secondary ranking (a Chinese question's everyday synonyms, its words in English) reads
 # this share of both budgets tenant-wide: its words are looser than the question's own, and
 # each such query cost as much as the question's. 600 Chinese questions among 100k chunks,
-# tenant-wide: R@5 .484 -> .489, p50 / p99 22.3 / 47.1 -> 20.2 / 36.6 ms at a quarter
-# (bench/README.md, stop 35).
+# tenant-wide: R@5 .488 -> .493, p50 / p99 19.6 / 53.7 -> 17.7 / 31.1 ms at a quarter
+# (bench/speed.py budget --shares; bench/README.md, stop 35).
 SECONDARY_SHARE = 0.25
 # The terms a tenant-wide query leaves out for the budget still say something together:
 # "When did Melanie read the book" keeps melani and noth and drops read and book, each in
@@ -50,8 +50,9 @@ SECONDARY_SHARE = 0.25
 # ``PAIR_TERMS`` rarest, each within ``LONE_TERM_POSTINGS``) are read as conjunctions, at
 # most ``PAIRS``, those with the fewest expected rows first (``a * b / chunks``, as if
 # the words were independent) until ``PAIR_ROWS`` rows are expected. FTS5 ranks only the
-# rows a conjunction matches: LoCoMo dev asked of a 100k-chunk tenant, R@5 .474 -> .585,
-# p50 +0.8 ms (bench/README.md, stop 35). The question's own ranking only.
+# rows a conjunction matches: LoCoMo dev asked of a 100k-chunk tenant, R@5 .517 -> .601,
+# p50 +1.1 ms (bench/speed.py budget --pairs; bench/README.md, stop 35). The question's own
+# ranking only: a secondary one reads none.
 PAIR_TERMS = 4
 PAIRS = 6
 PAIR_ROWS = 500
