@@ -923,6 +923,25 @@ def test_tenant_wide_lexical_reads_left_out_terms_in_pairs(
         assert found(6, secondary=True) == ["k11"]
 
 
+def test_a_term_in_more_chunks_than_the_lone_limit_is_never_read(backend_url: str) -> None:
+    """Tenant-wide, a term past ``LONE_TERM_POSTINGS`` is left to the vector side, however
+    far past it (the server stores stop counting there); one within it is read and
+    counted exactly."""
+    from convmem.text import tokenize
+
+    texts = [f"the harbour ferry on day {i}" for i in range(6)] + ["the zanzibar ferry"] * 2
+    with opened(backend_url) as memory:
+        records = [chunk(f"k{i}", text, conversation=f"c{i}") for i, text in enumerate(texts)]
+        assert memory.upsert_chunks(records).errors == []
+        store = memory.store
+        store.LONE_TERM_POSTINGS = 3  # type: ignore[attr-defined]
+        wide = parse_filters(None, tenant=memory.tenant)
+        assert store.lexical(memory.tenant, wide, tokenize("ferry"), 10) == []
+        hits = store.lexical(memory.tenant, wide, tokenize("zanzibar ferry"), 10)
+        assert sorted(rows_of(memory)[rowid] for rowid, _ in hits) == ["k6", "k7"]
+        assert store._term_cache[tokenize("zanzibar")[0]] == 2  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("backend", ["postgres", "citus"])
 def test_the_hnsw_graph_is_built_with_the_chosen_breadth(backend_url: str) -> None:
     from convmem.store.postgres import HNSW_EF_CONSTRUCTION, HNSW_M
