@@ -333,10 +333,16 @@ def bench_search(args: argparse.Namespace) -> list[dict[str, Any]]:
                 recall, exact_times = [], []
                 spec = parse_filters(None, tenant="default")
                 for _, vector, _ in probes[: args.recall_probes]:
-                    approx = {
-                        h.chunk_id
-                        for h in memory.search("x", top_k=10, query_vector=vector, mode="vector")
-                    }
+                    # whole chunks, no relevance cut: the index's own top ten
+                    found = memory.search(
+                        "x",
+                        top_k=10,
+                        query_vector=vector,
+                        mode="vector",
+                        granularity="chunk",
+                        min_score=0,
+                    )
+                    approx = {h.chunk_id for h in found}
                     t0 = time.perf_counter()
                     if backend != "sqlite":
                         exact = memory.store.scan_vectors("default", spec, vector, 10, exact=True)  # type: ignore[call-arg]

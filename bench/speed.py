@@ -336,10 +336,16 @@ def bench_search(
             # the turn-evidence store's vectors are random: its questions' own vectors do not
             # probe the index
             for _, vector, _ in [] if turn_evidence else probes[:recall_probes]:
-                approx = {
-                    h.chunk_id
-                    for h in memory.search("x", top_k=10, query_vector=vector, mode="vector")
-                }
+                # whole chunks, no relevance cut: the index's own top ten
+                found = memory.search(
+                    "x",
+                    top_k=10,
+                    query_vector=vector,
+                    mode="vector",
+                    granularity="chunk",
+                    min_score=0,
+                )
+                approx = {h.chunk_id for h in found}
                 exact = memory.store.scan_vectors("default", memory_spec(), vector, 10)
                 exact_ids = {
                     memory.store.load_rows("default", [rowid])[rowid][0] for rowid, _ in exact
