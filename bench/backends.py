@@ -33,7 +33,7 @@ from convmem.store import parse_filters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reports import save
-from speed import build_store, corpus_turns, pct
+from speed import build_store, corpus_turns, index_top_ten, pct
 
 
 def pg_url(base: str, schema: str) -> str:
@@ -333,16 +333,7 @@ def bench_search(args: argparse.Namespace) -> list[dict[str, Any]]:
                 recall, exact_times = [], []
                 spec = parse_filters(None, tenant="default")
                 for _, vector, _ in probes[: args.recall_probes]:
-                    # whole chunks, no relevance cut: the index's own top ten
-                    found = memory.search(
-                        "x",
-                        top_k=10,
-                        query_vector=vector,
-                        mode="vector",
-                        granularity="chunk",
-                        min_score=0,
-                    )
-                    approx = {h.chunk_id for h in found}
+                    approx = index_top_ten(memory, vector)
                     t0 = time.perf_counter()
                     if backend != "sqlite":
                         exact = memory.store.scan_vectors("default", spec, vector, 10, exact=True)  # type: ignore[call-arg]

@@ -336,16 +336,7 @@ def bench_search(
             # the turn-evidence store's vectors are random: its questions' own vectors do not
             # probe the index
             for _, vector, _ in [] if turn_evidence else probes[:recall_probes]:
-                # whole chunks, no relevance cut: the index's own top ten
-                found = memory.search(
-                    "x",
-                    top_k=10,
-                    query_vector=vector,
-                    mode="vector",
-                    granularity="chunk",
-                    min_score=0,
-                )
-                approx = {h.chunk_id for h in found}
+                approx = index_top_ten(memory, vector)
                 exact = memory.store.scan_vectors("default", memory_spec(), vector, 10)
                 exact_ids = {
                     memory.store.load_rows("default", [rowid])[rowid][0] for rowid, _ in exact
@@ -526,6 +517,15 @@ def bench_budget(
         }
         for name, questions in asked.items()
     }
+
+
+def index_top_ten(memory: Memory, vector: Any) -> set[str]:
+    """The chunk ids of the vector index's own top ten for ``vector``: whole chunks and no
+    relevance cut (the default search returns lines cut at ``min_score``)."""
+    found = memory.search(
+        "x", top_k=10, query_vector=vector, mode="vector", granularity="chunk", min_score=0
+    )
+    return {hit.chunk_id for hit in found}
 
 
 def hit_seqs(hit: Any) -> list[int]:
