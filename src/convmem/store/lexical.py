@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import combinations
 
 from convmem.store.contract import Backend
@@ -35,8 +35,10 @@ logger = logging.getLogger(__name__)
 # add the least to the ranking and most of the cost. FTS5 ranks about 1.7 µs a posting:
 # at 100k chunks of chat a Chinese question's query met the old budget of 8,000 (12-14 ms).
 # At 4,000 (the server stores' budget too), tenant-wide recall was the same on 600 Chinese
-# questions among 100k chunks and on LoCoMo dev, and p50 / p99 fell 27.0 / 52.5 -> 23.4 /
-# 47.1 ms (bench/README.md, stop 34).
+# questions among 100k chunks and on LoCoMo dev in its own store, and p50 / p99 fell 27.0 /
+# 52.5 -> 23.4 / 47.1 ms (bench/README.md, stop 34). LoCoMo's English questions among the
+# 100k chunks did lose by it (R@5 .585 at 8,000, .517 at 4,000), which the left-out terms'
+# pairs (PAIRS) more than won back: .601 (stop 35).
 LEXICAL_POSTINGS_BUDGET = 4000
 # A secondary ranking (a Chinese question's everyday synonyms, its words in English) reads
 # this share of both budgets tenant-wide: its words are looser than the question's own, and
@@ -196,17 +198,20 @@ class LexicalStats(Backend):
         return chosen
 
     def _pairs(
-        self, terms: Sequence[str], chosen: Collection[str], chunks: int
+        self, terms: Sequence[str], chosen: Collection[str], chunks: Callable[[], int]
     ) -> list[tuple[str, str]]:
         """Pairs of the ``terms`` :meth:`_selective_terms` left out (not in ``chosen``) to
         read as conjunctions (``PAIR_TERMS``, ``PAIRS``, ``PAIR_ROWS``), from the cached
-        counts it read; ``chunks``: the index's size, or an upper bound of it."""
+        counts it read; ``chunks``: the index's size, or an upper bound of it (asked only
+        when two terms or more were left out)."""
         counts = ((self._term_cache.get(term, 0), term) for term in terms if term not in chosen)
         left = sorted(item for item in counts if 0 < item[0] <= self.LONE_TERM_POSTINGS)
         left = left[:PAIR_TERMS]
+        if len(left) < 2:
+            return []
+        size = max(chunks(), 1)
         expected = sorted(
-            (first * second / max(chunks, 1), a, b)
-            for (first, a), (second, b) in combinations(left, 2)
+            (first * second / size, a, b) for (first, a), (second, b) in combinations(left, 2)
         )
         pairs: list[tuple[str, str]] = []
         rows = 0.0

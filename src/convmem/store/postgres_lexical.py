@@ -239,7 +239,7 @@ class PostgresLexical(ChunkReads, LexicalStats):
         documents, mean = self._collection()
         # the left-out terms' pairs (LexicalStats._pairs): candidates through a GIN
         # conjunction, each term of a pair scored once in the exact stage
-        pairs = [] if secondary else self._pairs(list(weights), counts, documents)
+        pairs = [] if secondary else self._pairs(list(weights), counts, lambda: documents)
         found = {**counts, **{t: self._term_cache.get(t, 0) for pair in pairs for t in pair}}
         terms = list(found)
         # the collection count is cached and may trail a just-counted term: bm25.idf

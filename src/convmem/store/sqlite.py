@@ -232,9 +232,12 @@ class SQLiteStore(SQLStore):
             " OR ".join([_phrase(token)] * round(weights[token])) for token in unique
         )
         if not secondary:
-            # the left-out terms' pairs (each term of a pair counts once more in bm25())
-            chunks = conn.execute("SELECT max(rowid) FROM chunks").fetchone()[0] or 0
-            for a, b in self._pairs(list(weights), unique, chunks):
+            # the left-out terms' pairs (each term of a pair counts once more in bm25());
+            # the largest rowid bounds the index's size
+            bound = "SELECT coalesce(max(rowid), 0) FROM chunks"
+            for a, b in self._pairs(
+                list(weights), unique, lambda: int(conn.execute(bound).fetchone()[0])
+            ):
                 match += f" OR ({_phrase(a)} AND {_phrase(b)})"
         window = max(limit * 4, 200)
         while True:
