@@ -923,6 +923,34 @@ def test_tenant_wide_lexical_reads_left_out_terms_in_pairs(
         assert found(6, secondary=True) == ["k11"]
 
 
+def test_tenant_wide_lexical_goes_past_best_rows_the_filter_rejects(backend_url: str) -> None:
+    """The best-ranked rows fail the filter (another category, or deleted): a tenant-wide
+    lexical search still returns the rows that pass, best first, as many as asked for."""
+    from convmem.text import tokenize
+
+    records = [
+        chunk(f"s{i}", "harbor harbor harbor ferry", turns=(i, i + 1), category="smalltalk")
+        for i in range(30)
+    ]
+    records += [
+        chunk(
+            f"t{i}", "harbor ferry " + " ".join(["word"] * i), conversation=f"t{i}", category="trip"
+        )
+        for i in range(8)
+    ]
+    with opened(backend_url) as memory:
+        assert memory.upsert_chunks(records).errors == []
+        store, chunk_ids = memory.store, rows_of(memory)
+        tokens = tokenize("harbor")
+        trip = parse_filters({"category": "trip"}, tenant=memory.tenant)
+        hits = [chunk_ids[rowid] for rowid, _ in store.lexical(memory.tenant, trip, tokens, 5)]
+        assert hits == ["t0", "t1", "t2", "t3", "t4"]  # shorter rows rank higher
+        memory.delete("c1", chunk_ids=[f"s{i}" for i in range(25)])
+        wide = parse_filters(None, tenant=memory.tenant)
+        hits = [chunk_ids[rowid] for rowid, _ in store.lexical(memory.tenant, wide, tokens, 8)]
+        assert hits[:5] == [f"s{i}" for i in range(25, 30)] and hits[5:] == ["t0", "t1", "t2"]
+
+
 def test_a_term_in_more_chunks_than_the_lone_limit_is_never_read(backend_url: str) -> None:
     """Tenant-wide, a term past ``LONE_TERM_POSTINGS`` is left to the vector side, however
     far past it (the server stores stop counting there); one within it is read and

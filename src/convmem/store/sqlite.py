@@ -246,10 +246,18 @@ class SQLiteStore(SQLStore):
                 "ORDER BY bm25(chunks_fts), rowid LIMIT ?",
                 (match, window),
             ).fetchall()
-            admitted = self.admit(tenant, spec, [rowid for rowid, _ in rows])
-            hits = [(rowid, -float(rank)) for rowid, rank in rows if rowid in admitted]
-            if len(hits) >= limit or len(rows) < window:
-                return hits[:limit]
+            # Ranked rows are checked against the filter a ``limit`` at a time, best first:
+            # each check reads the rows' pages of the chunk table, and where every row
+            # passes (most tenant-wide searches) the first ``limit`` are the answer.
+            hits: list[tuple[int, float]] = []
+            for start in range(0, len(rows), limit):
+                ranked = rows[start : start + limit]
+                admitted = self.admit(tenant, spec, [rowid for rowid, _ in ranked])
+                hits.extend((rowid, -float(rank)) for rowid, rank in ranked if rowid in admitted)
+                if len(hits) >= limit:
+                    return hits[:limit]
+            if len(rows) < window:
+                return hits
             window *= 4
 
     def _scope_documents(
