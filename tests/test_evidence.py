@@ -275,15 +275,15 @@ def test_a_search_reads_the_line_tokens_the_worker_stored_instead_of_tokenizing(
     texts = [*NOISE, "我的车停在地下二层B区17号车位。", "好的，已经记下了。", *NOISE]
     memory.add_turns("c", make_turns(texts))
     memory.flush()
-    cache = evidence_module._cached_tokens
-    cache.cache_clear()
+    cache = evidence_module._LINE_TOKENS
+    cache.clear()
     stored = memory.search("车停在哪个车位", top_k=3, min_score=0)
-    assert cache.cache_info().misses <= 2  # 用户, 助手
+    assert cache.misses <= 2  # 用户, 助手
     with memory.store._write() as conn:
         conn.execute("UPDATE chunks SET turn_tokens=NULL")
-    cache.cache_clear()
+    cache.clear()
     fallback = memory.search("车停在哪个车位", top_k=3, min_score=0)
-    assert cache.cache_info().misses > 2 * len(NOISE)
+    assert cache.misses > 2 * len(NOISE)
     assert [(h.chunk_id, h.text, h.score) for h in fallback] == [
         (h.chunk_id, h.text, h.score) for h in stored
     ]

@@ -17,7 +17,6 @@ chunks, and the same live chunks, as feeding it at once.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from datetime import datetime
 from convmem.ingest.ids import chunk_id
 from convmem.models import ChunkMetadata, ChunkRecord
 from convmem.text import is_mostly_cjk, keywords, words
+from convmem.text.cache import TextCache
 
 __all__ = [
     "ChunkPlan",
@@ -297,10 +297,17 @@ def line_clauses(line: str) -> list[str]:
     return clauses + extra[: max(SPACED_CLAUSES, MAX_CLAUSES - len(clauses))]
 
 
-@functools.lru_cache(maxsize=16384)
+# How many clause vectors a line has: a search reads the same lines again (invisible to the
+# garbage collector, see convmem.text.cache).
+_CLAUSE_COUNTS: TextCache[int] = TextCache(16384)
+
+
 def _clause_count(line: str) -> int:
-    """How many clause vectors a line has (cached: a search reads the same lines again)."""
-    return len(line_clauses(line))
+    count = _CLAUSE_COUNTS.get(line)
+    if count is None:
+        count = len(line_clauses(line))
+        _CLAUSE_COUNTS.put(line, count)
+    return count
 
 
 def vector_rows(lines: Sequence[str], stored: int) -> list[list[int]]:

@@ -21,7 +21,6 @@ turns them into a relevance that means the same across queries.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -36,6 +35,7 @@ from convmem.models import Hit
 from convmem.retrieve.fusion import turns_of
 from convmem.text import bm25, tokenize, tokenizer_signature, word_text, words
 from convmem.text.answers import answer_kind, asks_current, changes, states
+from convmem.text.cache import TextCache, pack, unpack
 from convmem.text.dates import date_span
 
 __all__ = [
@@ -116,15 +116,23 @@ QUESTION_ENDS = ("?", "？", "吗", "呢", "吗？", "呢？")
 Embed = Callable[[Sequence[str]], np.ndarray]
 
 
-def _tokens(text: str) -> tuple[str, ...]:
-    """A candidate line's tokens, cached: the same lines come back query after query (the
-    tokenizer's signature is part of the key, so a new user dictionary is seen)."""
-    return _cached_tokens(text, tokenizer_signature())
+# A candidate line's tokens: the same lines come back query after query. Emptied when the
+# tokenizer's signature changes (a new user dictionary); invisible to the garbage collector.
+_LINE_TOKENS: TextCache[str] = TextCache(16384)
+_line_signature = [""]
 
 
-@functools.lru_cache(maxsize=16384)
-def _cached_tokens(text: str, signature: str) -> tuple[str, ...]:
-    return tuple(tokenize(text))
+def _tokens(text: str) -> list[str]:
+    """A candidate line's tokens (a new list), cached."""
+    signature = tokenizer_signature()
+    if signature != _line_signature[0]:
+        _LINE_TOKENS.clear()
+        _line_signature[0] = signature
+    packed = _LINE_TOKENS.get(text)
+    if packed is None:
+        packed = pack(tokenize(text))
+        _LINE_TOKENS.put(text, packed)
+    return unpack(packed)
 
 
 @dataclass(frozen=True)
@@ -552,7 +560,7 @@ def turn_hits(
         return []
     known = line_tokens or {}
 
-    def tokens_of(text: str) -> tuple[str, ...]:
+    def tokens_of(text: str) -> Sequence[str]:
         found = known.get(text)
         return _tokens(text) if found is None else found
 

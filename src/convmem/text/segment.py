@@ -23,6 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from convmem.text.cache import TextCache, pack, unpack
+
 __all__ = [
     "NAME_INITIALS",
     "TOKENIZER_VERSION",
@@ -397,8 +399,22 @@ def _normalise(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
-@lru_cache(maxsize=131072)
-def _words_line(line: str) -> tuple[str, ...]:
+# Per-line results of the tokenizer, and stems; invisible to the garbage collector (a
+# long-running process fills them, see convmem.text.cache).
+_WORDS: TextCache[str] = TextCache(131072)
+_TOKENS: TextCache[str] = TextCache(131072)
+_STEMS: TextCache[str] = TextCache(262144)
+
+
+def _words_line(line: str) -> list[str]:
+    packed = _WORDS.get(line)
+    if packed is None:
+        packed = pack(_segment_line(line))
+        _WORDS.put(line, packed)
+    return unpack(packed)
+
+
+def _segment_line(line: str) -> list[str]:
     tokens: list[str] = []
     for match in _TOKEN_RUN.finditer(_normalise(line)):
         cjk, word = match.groups()
@@ -409,7 +425,7 @@ def _words_line(line: str) -> tuple[str, ...]:
                     tokens.append(token)
         elif word and word not in STOPWORDS:
             tokens.append(word)
-    return tuple(tokens)
+    return tokens
 
 
 @lru_cache(maxsize=1)
@@ -419,11 +435,14 @@ def _stemmer() -> Any:
     return snowballstemmer.stemmer("english")
 
 
-@lru_cache(maxsize=262144)
 def stem(word: str) -> str:
     """Snowball (Porter 2) stem of an English word; other tokens are returned unchanged."""
     if word.isascii() and word.isalpha() and len(word) > 2:
-        return str(_stemmer().stemWord(word))
+        found = _STEMS.get(word)
+        if found is None:
+            found = str(_stemmer().stemWord(word))
+            _STEMS.put(word, found)
+        return found
     return word
 
 
@@ -451,13 +470,16 @@ def fold(text: str) -> str:
 _CJK_RUN = re.compile(rf"[{_CJK}]{{2,}}")
 
 
-@lru_cache(maxsize=131072)
-def _tokenize_line(line: str) -> tuple[str, ...]:
-    folded = fold(line)
-    tokens = [stem(token) for token in _words_line(folded)]
-    for run in _CJK_RUN.findall(_normalise(folded)):
-        tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
-    return tuple(tokens)
+def _tokenize_line(line: str) -> list[str]:
+    packed = _TOKENS.get(line)
+    if packed is None:
+        folded = fold(line)
+        tokens = [stem(token) for token in _words_line(folded)]
+        for run in _CJK_RUN.findall(_normalise(folded)):
+            tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
+        packed = pack(tokens)
+        _TOKENS.put(line, packed)
+    return unpack(packed)
 
 
 _user_dict_digest = ""
@@ -472,8 +494,8 @@ def load_user_dict(path: str | Path) -> None:
     global _user_dict_digest
     data = Path(path).read_bytes()
     _jieba().load_userdict(str(path))
-    _words_line.cache_clear()
-    _tokenize_line.cache_clear()
+    _WORDS.clear()
+    _TOKENS.clear()
     _user_dict_digest = hashlib.sha256(data + _user_dict_digest.encode()).hexdigest()[:16]
 
 
