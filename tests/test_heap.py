@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import platform
+import subprocess
+import sys
 import threading
 
 import psutil
@@ -57,3 +60,34 @@ def test_trimmer_with_zero_interval_starts_nothing() -> None:
     trimmer = HeapTrimmer(interval_seconds=0)
     trimmer.start()
     trimmer.stop()  # no thread to join: returns at once
+
+
+def test_a_frozen_startup_heap_leaves_later_garbage_to_the_collector() -> None:
+    """``convmem serve`` and ``convmem mcp`` freeze what start-up made: a full collection
+    no longer walks it, and what the process makes later is still collected. In a child
+    process (freezing is process-wide)."""
+    script = """
+import gc, json
+import convmem
+from convmem.worker.heap import freeze_startup_heap
+
+frozen = freeze_startup_heap()
+tracked = len(gc.get_objects())
+
+class Node:
+    pass
+
+gc.disable()  # every cycle waits for the collection below
+for _ in range(1000):  # cycles made after start-up: garbage only the collector finds
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+del a, b
+print(json.dumps({"frozen": frozen, "tracked": tracked, "collected": gc.collect()}))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    found = json.loads(result.stdout)
+    assert found["frozen"] > 10_000  # convmem's modules and what they import
+    assert found["tracked"] < 1_000  # what a full collection still walks
+    assert found["collected"] >= 2_000  # both objects of every cycle

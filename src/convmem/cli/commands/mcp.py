@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from convmem.cli.common import open_memory
+from convmem.worker.heap import freeze_startup_heap
 
 __all__ = ["register"]
 
@@ -15,6 +16,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     with open_memory(args, workers=1) as memory:
         server = build_server(memory)
+        freeze_startup_heap()
         if args.http is None:
             server.run("stdio")
         else:

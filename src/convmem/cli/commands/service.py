@@ -10,7 +10,7 @@ from typing import Any
 
 from convmem.cli.common import bounded_float, bounded_int, open_memory, print_json, settings_of
 from convmem.errors import InvalidInputError
-from convmem.worker.heap import trim_heap
+from convmem.worker.heap import freeze_startup_heap, trim_heap
 
 __all__ = ["register"]
 
@@ -53,6 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         heap_trim_seconds=args.heap_trim_seconds,
     )
     app = create_app(server_settings)
+    freeze_startup_heap()
     print(
         f"convmem serving on http://{args.host}:{args.port} (auth {'off' if args.no_auth else 'on'}, "
         f"{args.threads} index threads); OpenAPI at /openapi.json",
