@@ -90,6 +90,33 @@ def test_tenant_wide_lexical_keeps_rare_terms_when_common_ones_are_dropped(
         assert top[0].metadata["conversation_id"] == "rare"
 
 
+def test_a_term_alone_past_the_budget_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tenant-wide, a query whose rarest term is past the postings budget reads nothing
+    lexically (the vector side answers), however far below the pair limit it is."""
+    monkeypatch.setattr(store_lexical.LexicalStats, "POSTINGS_BUDGET", 3)
+    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        texts = [f"the harbour ferry on day {index}" for index in range(6)]
+        texts.append("the zanzibar ferry")
+        records = [
+            {
+                "chunk_id": f"k{i}",
+                "text": text,
+                "metadata": {"conversation_id": f"c{i}", "turn_range": [0, 1]},
+            }
+            for i, text in enumerate(texts)
+        ]
+        assert memory.upsert_chunks(records).errors == []
+        store, spec = memory.store, parse_filters(None, tenant="default")
+        assert store.LONE_TERM_POSTINGS > 7  # type: ignore[attr-defined]
+        assert store.lexical("default", spec, tokenize("ferry"), 10) == []
+        hits = store.lexical("default", spec, tokenize("zanzibar ferry"), 10)
+        assert len(hits) == 1  # zanzibar, within the budget; ferry left out
+        store.POSTINGS_BUDGET = 7  # type: ignore[attr-defined]
+        assert len(store.lexical("default", spec, tokenize("ferry"), 10)) == 7
+
+
 def test_tenant_wide_lexical_reads_left_out_terms_in_pairs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -117,7 +144,8 @@ def test_tenant_wide_lexical_reads_left_out_terms_in_pairs(
 
         assert found(0) == ["rare"]  # read and book are each in six chunks: over budget
         assert sorted(found(6)) == ["both", "rare"]
-        # a secondary ranking reads no pairs
+        # a secondary ranking reads no pairs (within a quarter of the budget: zanzibar's 1)
+        store.POSTINGS_BUDGET = 4  # type: ignore[attr-defined]
         hits = store.lexical("default", spec, tokens, 10, secondary=True)
         assert len(hits) == 1
 
