@@ -150,6 +150,19 @@ def test_tenant_wide_lexical_reads_left_out_terms_in_pairs(
         assert len(hits) == 1
 
 
+def test_chinese_left_out_terms_are_not_paired(tmp_path: Path) -> None:
+    """A Chinese question's words and the bigrams inside them (最喜, 欢的) occur together far
+    more often than independent words: only the other terms are read in pairs."""
+    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        store = memory.store
+        store._term_cache.update(  # type: ignore[attr-defined]
+            {"最喜": 3000, "欢的": 3100, "read": 3000, "book": 3200, "zanzibar": 2}
+        )
+        terms = ["最喜", "欢的", "read", "book", "zanzibar"]
+        pairs = store._pairs(terms, {"zanzibar"}, lambda: 100_000)  # type: ignore[attr-defined]
+        assert pairs == [("read", "book")]
+
+
 def test_hit_rows_are_looked_up_by_rowid_not_by_scanning_the_tenant(tmp_path: Path) -> None:
     with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
         conn = memory.store._db()

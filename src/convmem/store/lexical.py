@@ -12,7 +12,7 @@ from itertools import combinations
 from convmem.store.contract import Backend
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
-from convmem.text import bm25
+from convmem.text import bm25, is_mostly_cjk
 
 __all__ = [
     "CONVERSATION_QUERY_TERMS",
@@ -54,7 +54,7 @@ SECONDARY_SHARE = 0.25
 # the words were independent) until ``PAIR_ROWS`` rows are expected. FTS5 ranks only the
 # rows a conjunction matches: LoCoMo dev asked of a 100k-chunk tenant, R@5 .517 -> .601,
 # p50 +1.1 ms (bench/speed.py budget --pairs; bench/README.md, stop 35). The question's own
-# ranking only: a secondary one reads none.
+# ranking only: a secondary one reads none. Terms that are not mostly CJK only (stop 36).
 PAIR_TERMS = 4
 PAIRS = 6
 PAIR_ROWS = 500
@@ -209,7 +209,16 @@ class LexicalStats(Backend):
         read as conjunctions (``PAIR_TERMS``, ``PAIRS``, ``PAIR_ROWS``), from the cached
         counts it read; ``chunks``: the index's size, or an upper bound of it (asked only
         when two terms or more were left out)."""
-        counts = ((self._term_cache.get(term, 0), term) for term in terms if term not in chosen)
+        # Chinese terms are not paired: they are a question's words and the character
+        # bigrams inside them (最喜, 欢的 of 最喜欢的), which occur together far more often
+        # than ``a * b / chunks`` says. 我最喜欢的菜是什么 read 最喜 AND 欢的 in 11 ms; the
+        # Chinese questions' recall at 100k chunks was the same without them (bench/README.md,
+        # stop 36).
+        counts = (
+            (self._term_cache.get(term, 0), term)
+            for term in terms
+            if term not in chosen and not is_mostly_cjk(term)
+        )
         left = sorted(item for item in counts if 0 < item[0] <= self.LONE_TERM_POSTINGS)
         left = left[:PAIR_TERMS]
         if len(left) < 2:
