@@ -23,6 +23,7 @@ the calibration and its question features).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -316,17 +318,6 @@ def bench_search(
                 words = text.split()[:6]
                 probes.append((" ".join(words) or "hello", vector, metadata["conversation_id"]))
             filtered, tenant_wide, recall = [], [], []
-            collections: list[float] = []  # the collector's full collections while timed
-            started: list[float] = []
-
-            def watch(phase: str, info: dict[str, int]) -> None:
-                if info["generation"] == 2:
-                    if phase == "start":
-                        started.append(time.perf_counter())
-                    elif started:
-                        collections.append(time.perf_counter() - started.pop())
-
-            gc.callbacks.append(watch)
 
             def run_filtered(query: str, vector: Any, conversation: str) -> None:
                 t0 = time.perf_counter()
@@ -340,16 +331,16 @@ def bench_search(
                 memory.search(query, top_k=10, query_vector=vector)
                 tenant_wide.append(time.perf_counter() - t0)
 
-            if separate:  # each path in its own block: no cache eviction by the other
-                for query, vector, conversation in probes:
-                    run_filtered(query, vector, conversation)
-                for query, vector, _ in probes:
-                    run_tenant(query, vector)
-            else:  # interleaved, as a mixed workload would be
-                for query, vector, conversation in probes:
-                    run_filtered(query, vector, conversation)
-                    run_tenant(query, vector)
-            gc.callbacks.remove(watch)
+            with full_collections() as collections:  # the collector's, while timed
+                if separate:  # each path in its own block: no cache eviction by the other
+                    for query, vector, conversation in probes:
+                        run_filtered(query, vector, conversation)
+                    for query, vector, _ in probes:
+                        run_tenant(query, vector)
+                else:  # interleaved, as a mixed workload would be
+                    for query, vector, conversation in probes:
+                        run_filtered(query, vector, conversation)
+                        run_tenant(query, vector)
             rss_after = rss_mb()  # before the exact scans below, which load every vector
             # the turn-evidence store's vectors are random: its questions' own vectors do not
             # probe the index
@@ -394,6 +385,26 @@ def bench_search(
         "rss_over_raw_vectors": round(rss_after * 2**20 / raw, 2),
         "file_mb": {name: round(size / 2**20, 1) for name, size in files.items()},
     }
+
+
+@contextlib.contextmanager
+def full_collections() -> Iterator[list[float]]:
+    """The durations (s) of the garbage collector's full collections while the block runs."""
+    found: list[float] = []
+    started: list[float] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                started.append(time.perf_counter())
+            elif started:
+                found.append(time.perf_counter() - started.pop())
+
+    gc.callbacks.append(watch)
+    try:
+        yield found
+    finally:
+        gc.callbacks.remove(watch)
 
 
 def serve_lines(conn: Any, count: int) -> int:
@@ -638,30 +649,19 @@ def service_searches(store_path: Path, queries: int, freeze: bool) -> dict[str, 
     app = create_app(settings)
     if freeze:
         freeze_startup_heap()
-    collections: list[float] = []
-    started: list[float] = []
-
-    def watch(phase: str, info: dict[str, int]) -> None:
-        if info["generation"] == 2:
-            if phase == "start":
-                started.append(time.perf_counter())
-            elif started:
-                collections.append(time.perf_counter() - started.pop())
-
     latencies = []
     with TestClient(app) as client:
         client.post("/v1/search", json={"query_text": "我今天去哪了", "top_k": 1})
-        gc.callbacks.append(watch)
-        for number, question in enumerate(questions(queries, 3)):
-            body: dict[str, Any] = {"query_text": question, "top_k": 10}
-            if number % 2:
-                body["filters"] = {"conversation_id": f"conv{number}"}
-            began = time.perf_counter()
-            answer = client.post("/v1/search", json=body)
-            latencies.append(time.perf_counter() - began)
-            if answer.status_code != 200:
-                raise SystemExit(f"search failed: {answer.status_code} {answer.text}")
-        gc.callbacks.remove(watch)
+        with full_collections() as collections:
+            for number, question in enumerate(questions(queries, 3)):
+                body: dict[str, Any] = {"query_text": question, "top_k": 10}
+                if number % 2:
+                    body["filters"] = {"conversation_id": f"conv{number}"}
+                began = time.perf_counter()
+                answer = client.post("/v1/search", json=body)
+                latencies.append(time.perf_counter() - began)
+                if answer.status_code != 200:
+                    raise SystemExit(f"search failed: {answer.status_code} {answer.text}")
     return {
         "frozen": gc.get_freeze_count(),
         "full_collection_ms": sorted(round(seconds * 1000, 1) for seconds in collections),
