@@ -37,6 +37,19 @@ def test_hashing_embedder_is_deterministic_and_normalised() -> None:
     assert embedder.model_id == "hashing-v1-256"
 
 
+def test_hashing_token_cache_stays_out_of_the_garbage_collectors_sight() -> None:
+    """The per-token feature cache holds bytes, so a full collection never walks it, and
+    a token's cached features give the same vector as its first embedding."""
+    import gc
+
+    embedder = HashingEmbedder(64)
+    texts = [f"harbour ferry number{i} 我们去杭州西湖" for i in range(300)]
+    first = embedder.embed(texts)
+    assert len(embedder._slots) > 300
+    assert not gc.is_tracked(embedder._slots)
+    assert np.array_equal(embedder.embed(texts), first)
+
+
 def test_hashing_similarity_prefers_shared_words() -> None:
     vectors = HashingEmbedder().embed(
         ["护照什么时候过期", "我的护照明年二月过期", "今天午饭吃面条"]

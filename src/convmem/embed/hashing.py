@@ -9,9 +9,9 @@ signed hashing keeps collisions unbiased. Weights are sublinear in term frequenc
 from __future__ import annotations
 
 import math
+import struct
 import zlib
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
 
@@ -30,7 +30,13 @@ def _stem(word: str) -> str:
     return word
 
 
-@lru_cache(maxsize=262144)
+# A token's features as packed (index * 2 + positive sign, weight) records: bytes, which the
+# garbage collector never tracks. A cache of tuples was walked by every full collection
+# (200k distinct words made a full collection 33 -> 69 ms), and each new entry put the whole
+# dict back in the youngest generation.
+_SLOT = struct.Struct("<id")
+
+
 def _features(token: str) -> tuple[tuple[str, float], ...]:
     if token.isascii():
         stem = _stem(token)
@@ -55,7 +61,7 @@ class HashingEmbedder:
         if dimension < 8:
             raise ValueError(f"dimension must be >= 8, got {dimension}")
         self._dimension = dimension
-        self._slots: dict[str, tuple[tuple[int, float, float], ...]] = {}
+        self._slots: dict[str, bytes] = {}
 
     @property
     def model_id(self) -> str:
@@ -65,16 +71,16 @@ class HashingEmbedder:
     def dimension(self) -> int:
         return self._dimension
 
-    def _token_slots(self, token: str) -> tuple[tuple[int, float, float], ...]:
-        """``(index, sign, weight)`` of each feature of a token, cached per embedder."""
+    def _token_slots(self, token: str) -> bytes:
+        """Each feature of a token as a packed ``(index * 2 + positive, weight)`` record
+        (``_SLOT``), cached per embedder."""
         slots = self._slots.get(token)
         if slots is None:
-            out = []
+            packed = bytearray()
             for feature, weight in _features(token):
                 digest = zlib.crc32(feature.encode("utf-8"))
-                sign = 1.0 if (digest >> 31) & 1 else -1.0
-                out.append((digest % self._dimension, sign, weight))
-            slots = tuple(out)
+                packed += _SLOT.pack((digest % self._dimension) * 2 + ((digest >> 31) & 1), weight)
+            slots = bytes(packed)
             if len(self._slots) < 500_000:
                 self._slots[token] = slots
         return slots
@@ -82,12 +88,13 @@ class HashingEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         out = np.zeros((len(texts), self._dimension), dtype=np.float32)
         for row, text in enumerate(texts):
-            weights: dict[tuple[int, float], float] = {}
+            weights: dict[int, float] = {}
             for token in words(text):
-                for index, sign, weight in self._token_slots(token):
-                    key = (index, sign)
+                for key, weight in _SLOT.iter_unpack(self._token_slots(token)):
                     weights[key] = weights.get(key, 0.0) + weight
             vector = out[row]
-            for (index, sign), weight in weights.items():
+            for key, weight in weights.items():
+                index, positive = divmod(key, 2)
+                sign = 1.0 if positive else -1.0
                 vector[index] += sign * (1.0 + math.log(weight) if weight >= 1 else weight)
         return normalise_rows(out)
