@@ -303,11 +303,11 @@ _CLAUSE_COUNTS: TextCache[int] = TextCache(16384)
 
 
 def _clause_count(line: str) -> int:
-    count = _CLAUSE_COUNTS.get(line)
-    if count is None:
-        count = len(line_clauses(line))
-        _CLAUSE_COUNTS.put(line, count)
-    return count
+    return _CLAUSE_COUNTS.fetch(line, _count_clauses)
+
+
+def _count_clauses(line: str) -> int:
+    return len(line_clauses(line))
 
 
 def vector_rows(lines: Sequence[str], stored: int) -> list[list[int]]:

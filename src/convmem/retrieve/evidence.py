@@ -35,7 +35,7 @@ from convmem.models import Hit
 from convmem.retrieve.fusion import turns_of
 from convmem.text import bm25, tokenize, tokenizer_signature, word_text, words
 from convmem.text.answers import answer_kind, asks_current, changes, states
-from convmem.text.cache import TextCache, pack, unpack
+from convmem.text.cache import TextCache, cached_tokens
 from convmem.text.dates import date_span
 
 __all__ = [
@@ -128,11 +128,7 @@ def _tokens(text: str) -> list[str]:
     if signature != _line_signature[0]:
         _LINE_TOKENS.clear()
         _line_signature[0] = signature
-    packed = _LINE_TOKENS.get(text)
-    if packed is None:
-        packed = pack(tokenize(text))
-        _LINE_TOKENS.put(text, packed)
-    return unpack(packed)
+    return cached_tokens(_LINE_TOKENS, text, tokenize)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ moves to the newer one (least recently used, approximately, at O(1) a call).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["TextCache", "pack", "unpack"]
+__all__ = ["TextCache", "cached_tokens", "pack", "unpack"]
 
 # Between packed tokens: the ASCII unit separator, which no token holds (tokens are words
 # and CJK runs of a normalised line; control characters are never part of one).
@@ -52,6 +52,14 @@ class TextCache(Generic[Value]):
             self.put(key, value)
         return value
 
+    def fetch(self, key: str, make: Callable[[str], Value]) -> Value:
+        """The cached value of ``key``; when there is none, ``make(key)``, kept."""
+        value = self.get(key)
+        if value is None:
+            value = make(key)
+            self.put(key, value)
+        return value
+
     def put(self, key: str, value: Value) -> None:
         if len(self._new) >= self._half:
             self._old, self._new = self._new, {}
@@ -63,6 +71,17 @@ class TextCache(Generic[Value]):
 
     def __len__(self) -> int:
         return len(self._new) + len(self._old)
+
+
+def cached_tokens(
+    cache: TextCache[str], key: str, make: Callable[[str], Sequence[str]]
+) -> list[str]:
+    """The tokens ``make(key)`` gives, kept packed in ``cache``, as a new list."""
+    packed = cache.get(key)
+    if packed is None:
+        packed = pack(make(key))
+        cache.put(key, packed)
+    return unpack(packed)
 
 
 def pack(tokens: Sequence[str]) -> str:

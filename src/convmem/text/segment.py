@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from convmem.text.cache import TextCache, pack, unpack
+from convmem.text.cache import TextCache, cached_tokens
 
 __all__ = [
     "NAME_INITIALS",
@@ -407,11 +407,7 @@ _STEMS: TextCache[str] = TextCache(262144)
 
 
 def _words_line(line: str) -> list[str]:
-    packed = _WORDS.get(line)
-    if packed is None:
-        packed = pack(_segment_line(line))
-        _WORDS.put(line, packed)
-    return unpack(packed)
+    return cached_tokens(_WORDS, line, _segment_line)
 
 
 def _segment_line(line: str) -> list[str]:
@@ -438,12 +434,12 @@ def _stemmer() -> Any:
 def stem(word: str) -> str:
     """Snowball (Porter 2) stem of an English word; other tokens are returned unchanged."""
     if word.isascii() and word.isalpha() and len(word) > 2:
-        found = _STEMS.get(word)
-        if found is None:
-            found = str(_stemmer().stemWord(word))
-            _STEMS.put(word, found)
-        return found
+        return _STEMS.fetch(word, _snowball)
     return word
+
+
+def _snowball(word: str) -> str:
+    return str(_stemmer().stemWord(word))
 
 
 @lru_cache(maxsize=1)
@@ -471,15 +467,15 @@ _CJK_RUN = re.compile(rf"[{_CJK}]{{2,}}")
 
 
 def _tokenize_line(line: str) -> list[str]:
-    packed = _TOKENS.get(line)
-    if packed is None:
-        folded = fold(line)
-        tokens = [stem(token) for token in _words_line(folded)]
-        for run in _CJK_RUN.findall(_normalise(folded)):
-            tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
-        packed = pack(tokens)
-        _TOKENS.put(line, packed)
-    return unpack(packed)
+    return cached_tokens(_TOKENS, line, _tokens_of_line)
+
+
+def _tokens_of_line(line: str) -> list[str]:
+    folded = fold(line)
+    tokens = [stem(token) for token in _words_line(folded)]
+    for run in _CJK_RUN.findall(_normalise(folded)):
+        tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return tokens
 
 
 _user_dict_digest = ""
