@@ -5,10 +5,12 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from convmem import HashingEmbedder, Memory, StoreError
 from convmem.errors import InvalidInputError
+from convmem.governance import KeepAllMarker
 from convmem.store import SQLiteStore, parse_filters
 from convmem.store import lexical as store_lexical
 from convmem.store import schema as store_schema
@@ -318,3 +320,132 @@ def test_postgres_urls_take_ef_search_and_name_a_bad_one() -> None:
         with pytest.raises(InvalidInputError, match="ef_search") as caught:
             _parse_url(f"postgresql://u@h/db?ef_search={bad}")
         assert caught.value.field == "url"
+
+
+def _long_conversation(memory: Memory) -> None:
+    """Forty chunks of one conversation (one deleted, one expired, both about the ferry)
+    and ten of another."""
+    words = ["ferry", "pier", "tickets", "harbour", "lunch", "island", "noon", "boat"]
+    records = [
+        {
+            "chunk_id": f"long{i}",
+            "text": " ".join(words[(i * j) % len(words)] for j in range(1, 2 + i % 6))
+            + f" note {i}",
+            "metadata": {"conversation_id": "long", "turn_range": [i, i]},
+        }
+        for i in range(40)
+    ]
+    records += [
+        {
+            "chunk_id": f"other{i}",
+            "text": f"ferry ferry pier other {i}",
+            "metadata": {"conversation_id": "other", "turn_range": [i, i]},
+        }
+        for i in range(10)
+    ]
+    records.append(
+        {
+            "chunk_id": "gone",
+            "text": "ferry pier tickets ferry",
+            "metadata": {"conversation_id": "long", "turn_range": [50, 50]},
+        }
+    )
+    records.append(
+        {
+            "chunk_id": "old",
+            "text": "ferry pier tickets ferry",
+            "metadata": {
+                "conversation_id": "long",
+                "turn_range": [51, 51],
+                "expires_at": "2000-01-01T00:00:00+00:00",
+            },
+        }
+    )
+    assert memory.upsert_chunks(records).errors == []
+    assert memory.delete("long", chunk_ids=["gone"]).deleted == 1
+
+
+def test_a_long_conversation_is_read_through_the_indexes_with_the_same_scores(
+    tmp_path: Path,
+) -> None:
+    """A conversation of more than SCOPE_SCAN_ROWS live chunks has only its rows that hold
+    an asked term read, found through the full-text index: the same BM25 scores and term
+    counts as reading every row, and never a deleted, expired or foreign chunk."""
+    with Memory.open(
+        str(tmp_path / "m.db"), embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0
+    ) as memory:
+        _long_conversation(memory)
+        store = memory.store
+        rows = dict(store._db().execute("SELECT rowid, chunk_id FROM chunks").fetchall())
+        spec = parse_filters({"conversation_id": "long"}, tenant=memory.tenant)
+        ferry, pier, lunch, zebra = (tokenize(w)[0] for w in ("ferry", "pier", "lunch", "zebra"))
+        queries = [[ferry, pier], [lunch], [zebra]]
+
+        def searched(limit: int) -> tuple[object, list[str]]:
+            store.SCOPE_SCAN_ROWS = limit
+            statements: list[str] = []
+            store._db().set_trace_callback(statements.append)
+            try:
+                found = store.lexical_in_scope(memory.tenant, spec, queries, 50, [zebra, lunch])
+            finally:
+                store._db().set_trace_callback(None)
+            return found, statements
+
+        (scanned, scope), read_all = searched(10_000)
+        (matched, matched_scope), read_matched = searched(5)
+        assert not any("MATCH" in sql for sql in read_all)
+        assert any("MATCH" in sql for sql in read_matched)
+        assert matched == scanned and matched_scope == scope
+        assert scope == (40, {zebra: 0, lunch: scope[1][lunch]}) and scope[1][lunch] > 0
+        found = {rows[rowid] for ranking in matched for rowid, _ in ranking}
+        assert found and all(name.startswith("long") for name in found)
+        # a later search reads the cached average length and still scores the same
+        assert searched(5)[0] == (scanned, scope)
+
+
+def test_a_long_conversation_reads_its_vectors_from_the_hnsw_sidecar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past SCOPE_SCAN_ROWS a conversation's nearest chunks come from the tenant's HNSW
+    sidecar, asked for enough neighbours to hold the conversation's share: the exact
+    scan's hits, only the conversation's live chunks. A scope too small a share of the
+    index (more than WITHIN_MOST neighbours) is scanned exactly."""
+    from convmem.store import ann
+
+    with Memory.open(
+        str(tmp_path / "m.db"),
+        embedder=HashingEmbedder(),
+        marker=KeepAllMarker(),
+        workers=0,
+        ann_min_rows=0,
+    ) as memory:
+        _long_conversation(memory)
+        spec = parse_filters({"conversation_id": "long"}, tenant=memory.tenant)
+        query = np.asarray(memory.embedding.embed_query_array(["ferry tickets"])[0], np.float32)
+        rows = dict(memory.store._db().execute("SELECT rowid, chunk_id FROM chunks").fetchall())
+
+        def nearest(limit: int) -> dict[str, float]:
+            memory.store.SCOPE_SCAN_ROWS = limit
+            found = memory.searcher._vector_candidates(memory.tenant, spec, query, 20)
+            return {rows[rowid]: score for rowid, score in found}
+
+        scanned = nearest(10_000)
+        calls: list[int] = []
+        within = ann.AnnIndex.search_within
+
+        def counted(self: ann.AnnIndex, *args: object, **kwargs: object) -> object:
+            found = within(self, *args, **kwargs)  # type: ignore[arg-type]
+            calls.append(-1 if found is None else len(found))
+            return found
+
+        monkeypatch.setattr(ann.AnnIndex, "search_within", counted)
+        from_index = nearest(5)
+        assert calls == [20]
+        # the same nearest chunks at the same cosines, as the index keeps them (the
+        # twentieth may tie with the twenty-first: both say "ferry" alike)
+        best = sorted(scanned, key=lambda name: -scanned[name])[:10]
+        assert len(scanned) == len(from_index) == 20
+        assert all(abs(from_index[name] - scanned[name]) < 1e-3 for name in best)
+        assert all(name.startswith("long") for name in scanned)
+        monkeypatch.setattr(ann, "WITHIN_MOST", 10)
+        assert nearest(5) == scanned and calls[-1] == -1

@@ -443,12 +443,28 @@ class HybridSearcher:
     def _vector_candidates(
         self, tenant: str, spec: FilterSpec, vector: np.ndarray, pool: int
     ) -> list[tuple[int, float]]:
-        if spec.conversation_id is not None or self.store.native_vector_index:
+        if self.store.native_vector_index:
             return self.store.scan_vectors(tenant, spec, vector, pool)
+        if spec.conversation_id is not None:
+            return self._scope_vectors(tenant, spec, vector, pool)
         index = self._sidecar(tenant)
         if index is None:
             return self.store.scan_vectors(tenant, spec, vector, pool)
         return index.search(vector, pool, spec)
+
+    def _scope_vectors(
+        self, tenant: str, spec: FilterSpec, vector: np.ndarray, pool: int
+    ) -> list[tuple[int, float]]:
+        """One conversation's best rows by cosine: every row scored exactly up to the
+        store's ``SCOPE_SCAN_ROWS`` rows; past that (a long-running conversation) from the HNSW
+        sidecar, asked for enough neighbours to hold ``pool`` of the conversation's."""
+        rowids = self.store.scope_rowids(tenant, spec)
+        if len(rowids) > self.store.SCOPE_SCAN_ROWS:
+            index = self._sidecar(tenant)
+            found = index.search_within(vector, pool, set(rowids)) if index else None
+            if found is not None:
+                return found
+        return self.store.scan_vectors(tenant, spec, vector, pool)
 
     def _sidecar(self, tenant: str) -> AnnIndex | None:
         """The HNSW sidecar of an embedded store's tenant (a store without a native vector

@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +26,13 @@ from convmem.store.filters import FilterSpec
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
 
-__all__ = ["AnnIndex"]
+__all__ = ["WITHIN_MOST", "AnnIndex"]
 
 logger = logging.getLogger(__name__)
+
+# The most neighbours AnnIndex.search_within asks the index for (a scope of a twentieth of
+# the index needs 2,000 for a top-10 search's pool of 50).
+WITHIN_MOST = 4096
 
 
 class AnnIndex:
@@ -130,6 +136,34 @@ class AnnIndex:
         keys = np.asarray([key for key in set(rowids) if key in index], dtype=np.uint64)
         if len(keys):
             index.remove(keys)
+
+    def search_within(
+        self, query: Any, pool: int, rowids: AbstractSet[int]
+    ) -> list[tuple[int, float]] | None:
+        """Top ``pool`` of ``rowids`` (one scope's live rows) by inner product: the index is
+        asked for as many neighbours as the scope's share of it needs to hold ``pool`` of
+        them twice over, four times more while too few fall inside, at most
+        ``WITHIN_MOST``. None past that (a scope too small a share of the index): the
+        caller scans it exactly."""
+        with self._lock:
+            index = self._index
+            total = len(index)
+            if not rowids or not total:
+                return []
+            want = math.ceil(2 * pool * total / len(rowids))
+            while want <= WITHIN_MOST:
+                count = min(total, want)
+                matches = index.search(np.asarray(query, dtype=np.float32), count)
+                hits = [
+                    (int(key), 1.0 - float(distance))
+                    for key, distance in zip(matches.keys, matches.distances, strict=True)
+                    if int(key) in rowids
+                ]
+                if len(hits) >= pool or count >= total:
+                    hits.sort(key=lambda hit: (-hit[1], hit[0]))  # ties: oldest row first
+                    return hits[:pool]
+                want *= 4
+            return None
 
     def search(self, query: Any, pool: int, spec: FilterSpec) -> list[tuple[int, float]]:
         """Top ``pool`` live rows passing the filter, by inner product (cosine)."""

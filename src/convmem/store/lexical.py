@@ -8,6 +8,7 @@ import time
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import combinations
+from typing import NamedTuple
 
 from convmem.store.contract import Backend
 from convmem.store.dbapi import Connection
@@ -24,6 +25,7 @@ __all__ = [
     "SECONDARY_SHARE",
     "TERM_CACHE_SECONDS",
     "LexicalStats",
+    "Scope",
     "query_terms",
     "score_rows",
 ]
@@ -75,25 +77,42 @@ def query_terms(tokens: Sequence[str], spec: FilterSpec) -> dict[str, float]:
     return bm25.query_weights(tokens, limit)
 
 
-def score_rows(
-    terms: Mapping[str, float], rows: Sequence[tuple[int, int, Mapping[str, int]]], limit: int
-) -> list[tuple[int, float]]:
-    """BM25 of ``rows`` (``(rowid, length, {term: count})``, every row under the filter,
-    counts of query terms only) with statistics from these rows: best ``limit`` first.
+class Scope(NamedTuple):
+    """One conversation's rows under a filter, as lexical scoring reads them: how many
+    there are (``size``), their average length in tokens, and ``rows``: ``(rowid, length,
+    {term: count})`` of those that hold at least one asked term (counts of asked terms
+    only). A row that holds none adds nothing to BM25 but its share of the statistics,
+    which ``size`` and ``average`` carry."""
 
-    How both stores score one conversation's rows (a few hundred, read directly)."""
-    if not rows:
+    size: int
+    average: float
+    rows: list[tuple[int, int, dict[str, int]]]
+
+    @classmethod
+    def of(cls, documents: Sequence[tuple[int, int, dict[str, int]]]) -> Scope:
+        """The scope of every row under the filter, read directly."""
+        if not documents:
+            return cls(0, 0.0, [])
+        average = sum(length for _, length, _ in documents) / len(documents)
+        return cls(len(documents), average, [row for row in documents if row[2]])
+
+
+def score_rows(terms: Mapping[str, float], scope: Scope, limit: int) -> list[tuple[int, float]]:
+    """BM25 of the rows of ``scope`` (one conversation's, read directly) with statistics
+    from that scope: best ``limit`` first.
+
+    How both stores score one conversation's rows."""
+    if not scope.size:
         return []
     frequency: dict[str, int] = dict.fromkeys(terms, 0)
-    for _, _, counts in rows:
+    for _, _, counts in scope.rows:
         for word in counts:
             if word in frequency:
                 frequency[word] += 1
-    average = sum(length for _, length, _ in rows) / len(rows)
-    idf = {term: bm25.idf(len(rows), found) for term, found in frequency.items()}
+    idf = {term: bm25.idf(scope.size, found) for term, found in frequency.items()}
     scored = [
-        (rowid, bm25.score(terms, idf, counts, length, average))
-        for rowid, length, counts in rows
+        (rowid, bm25.score(terms, idf, counts, length, scope.average))
+        for rowid, length, counts in scope.rows
         if counts
     ]
     scored.sort(key=lambda item: (-item[1], item[0]))
@@ -117,11 +136,9 @@ class LexicalStats(Backend):
         self._term_cache.clear()
 
     @abstractmethod
-    def _scope_documents(
-        self, tenant: str, spec: FilterSpec, terms: Collection[str]
-    ) -> list[tuple[int, int, dict[str, int]]]:
-        """Every live row of one conversation under the filter, as ``(rowid, length,
-        {term: count})`` with counts of ``terms`` only (the rows are read directly)."""
+    def _scope_documents(self, tenant: str, spec: FilterSpec, terms: Collection[str]) -> Scope:
+        """One conversation's live rows under the filter (:class:`Scope`), with counts of
+        ``terms`` only."""
 
     def _lexical_rows(
         self, tenant: str, spec: FilterSpec, terms: dict[str, float], limit: int
@@ -163,23 +180,11 @@ class LexicalStats(Backend):
             _ranked(query, documents, limit, narrow=not wanted <= query.keys()) for query in weights
         ], _scope_counts(documents, terms)
 
-    def _selective_terms(
-        self, conn: Connection, terms: Sequence[str], *, secondary: bool = False
-    ) -> dict[str, int]:
-        """The query's rarest terms within the postings budget (``POSTINGS_BUDGET``),
-        each with the number of chunks holding it, rarest first; a ``secondary`` ranking's
-        within ``SECONDARY_SHARE`` of both budgets.
-
-        Document frequencies are cached in-process for a few minutes: they only steer which
-        terms are read, so a slightly stale count costs nothing in correctness. A term whose
-        postings alone exceed the budget is not read, even as the rarest: it is in so many
-        chunks that it says little (什么, "what" in a Chinese question: 14 ms of FTS5 at
-        100k chunks, for 200 near-random chunks), and the vector side still answers; it can
-        still be read in a pair with another left-out term (:meth:`_pairs`). Stop 35 read
-        such a term up to ``LONE_TERM_POSTINGS``: at 100k chunks, recall was the same for
-        600 Chinese questions and .576 -> .581 for LoCoMo's English ones (bench/README.md,
-        stop 36).
-        """
+    def _document_counts(self, conn: Connection, terms: Collection[str]) -> dict[str, int]:
+        """How many chunks of the whole index hold each of ``terms`` (0 for an absent one),
+        cached in-process for a few minutes (``TERM_CACHE_SECONDS``): the counts only
+        steer which terms and which plan a query reads, so a slightly stale one costs
+        nothing in correctness."""
         now = time.monotonic()
         if now - self._term_cache_time > TERM_CACHE_SECONDS:
             self._term_cache.clear()
@@ -189,7 +194,25 @@ class LexicalStats(Backend):
             found = self._term_counts(conn, missing)
             # absent terms are not cached: a word first indexed a moment later must be found
             self._term_cache.update({term: int(count) for term, count in found.items()})
-        counts = {t: self._term_cache.get(t, 0) for t in terms}
+        return {t: self._term_cache.get(t, 0) for t in terms}
+
+    def _selective_terms(
+        self, conn: Connection, terms: Sequence[str], *, secondary: bool = False
+    ) -> dict[str, int]:
+        """The query's rarest terms within the postings budget (``POSTINGS_BUDGET``),
+        each with the number of chunks holding it, rarest first; a ``secondary`` ranking's
+        within ``SECONDARY_SHARE`` of both budgets.
+
+        Document frequencies come from :meth:`_document_counts`. A term whose
+        postings alone exceed the budget is not read, even as the rarest: it is in so many
+        chunks that it says little (什么, "what" in a Chinese question: 14 ms of FTS5 at
+        100k chunks, for 200 near-random chunks), and the vector side still answers; it can
+        still be read in a pair with another left-out term (:meth:`_pairs`). Stop 35 read
+        such a term up to ``LONE_TERM_POSTINGS``: at 100k chunks, recall was the same for
+        600 Chinese questions and .576 -> .581 for LoCoMo's English ones (bench/README.md,
+        stop 36).
+        """
+        counts = self._document_counts(conn, terms)
         present = sorted((count, t) for t, count in counts.items() if count)
         share = SECONDARY_SHARE if secondary else 1.0
         budget, lone = self.POSTINGS_BUDGET * share, self.LONE_TERM_POSTINGS * share
@@ -238,32 +261,27 @@ class LexicalStats(Backend):
 
 
 def _ranked(
-    weights: dict[str, float],
-    documents: Sequence[tuple[int, int, Mapping[str, int]]],
-    limit: int,
-    *,
-    narrow: bool,
+    weights: dict[str, float], scope: Scope, limit: int, *, narrow: bool
 ) -> list[tuple[int, float]]:
-    """:func:`score_rows` of ``documents`` for one query; with ``narrow``, their counts
+    """:func:`score_rows` of ``scope`` for one query; with ``narrow``, its rows' counts
     are first cut to the query's own terms (they also count words another query or the
     scope asked for, and a row holding only those is no candidate of this one)."""
     if not weights:
         return []
     if narrow:
-        documents = [
+        rows = [
             (rowid, length, {term: n for term, n in counts.items() if term in weights})
-            for rowid, length, counts in documents
+            for rowid, length, counts in scope.rows
         ]
-    return score_rows(weights, documents, limit)
+        scope = scope._replace(rows=rows)
+    return score_rows(weights, scope, limit)
 
 
-def _scope_counts(
-    documents: Sequence[tuple[int, int, Mapping[str, int]]], terms: Collection[str]
-) -> tuple[int, dict[str, int]]:
-    """The number of ``documents`` and how many of them hold each of ``terms``."""
+def _scope_counts(scope: Scope, terms: Collection[str]) -> tuple[int, dict[str, int]]:
+    """The number of rows in ``scope`` and how many of them hold each of ``terms``."""
     found = dict.fromkeys(terms, 0)
-    for _, _, counts in documents:
+    for _, _, counts in scope.rows:
         for term in counts:
             if term in found:
                 found[term] += 1
-    return len(documents), found
+    return scope.size, found

@@ -12,7 +12,7 @@ from typing import Any
 
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
-from convmem.store.lexical import LexicalStats, query_terms
+from convmem.store.lexical import LexicalStats, Scope, query_terms
 from convmem.store.reads import ChunkReads
 from convmem.text import bm25
 
@@ -186,9 +186,7 @@ class PostgresLexical(ChunkReads, LexicalStats):
         self._stats = (0.0, 0, 0.0)
         self._common = (0.0, [])
 
-    def _scope_documents(
-        self, tenant: str, spec: FilterSpec, terms: Collection[str]
-    ) -> list[tuple[int, int, dict[str, int]]]:
+    def _scope_documents(self, tenant: str, spec: FilterSpec, terms: Collection[str]) -> Scope:
         """One conversation's rows, read directly as on SQLite: a few hundred rows found
         through the conversation's b-tree, statistics from those rows, no document
         frequencies to look up (counting a new query word cost 10-30 ms at 1 M chunks)."""
@@ -207,7 +205,7 @@ class PostgresLexical(ChunkReads, LexicalStats):
             _, counts = documents.setdefault(int(rowid), (int(length), {}))
             if lexeme is not None:
                 counts[lexeme] = int(count)
-        return [(rowid, length, counts) for rowid, (length, counts) in documents.items()]
+        return Scope.of([(rowid, length, counts) for rowid, (length, counts) in documents.items()])
 
     def lexical(
         self,

