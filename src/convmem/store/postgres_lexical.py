@@ -187,25 +187,36 @@ class PostgresLexical(ChunkReads, LexicalStats):
         self._common = (0.0, [])
 
     def _scope_documents(self, tenant: str, spec: FilterSpec, terms: Collection[str]) -> Scope:
-        """One conversation's rows, read directly as on SQLite: a few hundred rows found
-        through the conversation's b-tree, statistics from those rows, no document
-        frequencies to look up (counting a new query word cost 10-30 ms at 1 M chunks)."""
+        """One conversation's rows, read directly as on SQLite, statistics from those rows,
+        no document frequencies to look up (counting a new query word cost 10-30 ms at
+        1 M chunks): their number and average length in one aggregate, then only the rows
+        that hold an asked term (``tsv @@`` any of them), each with those terms' counts. A
+        5,000-chunk conversation returned every row with its terms unnested: 150 ms."""
         where, params = self._live_clause(spec)
-        rows = self._db().execute(
+        reader = self._db()
+        size, average = reader.execute(
+            f"SELECT count(*), avg(c.ntokens) FROM chunks c WHERE c.tsv IS NOT NULL AND {where}",
+            [tenant, self.now(), *params],
+        ).fetchone()
+        if not size or not terms:
+            return Scope(int(size), float(average or 0.0), [])
+        rows = reader.execute(
             f"""
             SELECT c.rowid, c.ntokens, u.lexeme, cardinality(u.positions)
-            FROM chunks c
-            LEFT JOIN LATERAL unnest(c.tsv) AS u ON u.lexeme = ANY(CAST(? AS text[]))
-            WHERE c.tsv IS NOT NULL AND {where}
+            FROM chunks c CROSS JOIN LATERAL unnest(c.tsv) AS u
+            WHERE c.tsv @@ CAST(? AS tsquery) AND u.lexeme = ANY(CAST(? AS text[]))
+                AND {where}
             """,
-            [list(terms), tenant, self.now(), *params],
+            [" | ".join(_lexeme(term) for term in terms), list(terms), tenant, self.now(), *params],
         )
         documents: dict[int, tuple[int, dict[str, int]]] = {}
         for rowid, length, lexeme, count in rows:
-            _, counts = documents.setdefault(int(rowid), (int(length), {}))
-            if lexeme is not None:
-                counts[lexeme] = int(count)
-        return Scope.of([(rowid, length, counts) for rowid, (length, counts) in documents.items()])
+            documents.setdefault(int(rowid), (int(length), {}))[1][lexeme] = int(count)
+        return Scope(
+            int(size),
+            float(average),
+            [(rowid, length, counts) for rowid, (length, counts) in documents.items()],
+        )
 
     def lexical(
         self,
