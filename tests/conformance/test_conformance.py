@@ -1189,3 +1189,46 @@ def test_conversation_participants_are_the_names_of_its_live_chunks(backend_url:
         assert store.conversation_participants(memory.tenant, "trip") == ["Caroline", "Melanie"]
         assert store.conversation_participants(memory.tenant, "gone") == []
         assert store.conversation_participants("someone-else", "trip") == []
+
+
+def test_a_long_conversation_scores_the_same_however_its_rows_are_read(backend_url: str) -> None:
+    """Past SCOPE_SCAN_ROWS live chunks a conversation's rows that hold an asked term are
+    found through the lexical index instead of reading the conversation: the same BM25
+    scores and term counts, never a deleted or foreign chunk."""
+    from convmem.text import tokenize
+
+    words = ["ferry", "pier", "tickets", "harbour", "lunch", "island", "noon", "boat"]
+    with opened(backend_url) as memory:
+        records = [
+            chunk(
+                f"long{i}",
+                " ".join(words[(i * j) % len(words)] for j in range(1, 2 + i % 6)) + f" n{i}",
+                conversation="long",
+                turns=(i, i),
+            )
+            for i in range(30)
+        ]
+        records += [chunk(f"o{i}", "ferry ferry pier", conversation="other") for i in range(5)]
+        records.append(chunk("gone", "ferry pier tickets", conversation="long", turns=(40, 40)))
+        assert memory.upsert_chunks(records).errors == []
+        assert memory.delete("long", chunk_ids=["gone"]).deleted == 1
+        store = memory.store
+        spec = parse_filters({"conversation_id": "long"}, tenant=memory.tenant)
+        ferry, pier, lunch, zebra = (tokenize(w)[0] for w in ("ferry", "pier", "lunch", "zebra"))
+        queries = [[ferry, pier], [lunch], [zebra]]
+        found = []
+        for limit in (10_000, 5):
+            store.SCOPE_SCAN_ROWS = limit
+            found.append(store.lexical_in_scope(memory.tenant, spec, queries, 50, [zebra, lunch]))
+        (rankings, scope), (long_rankings, long_scope) = found
+        assert scope[0] == long_scope[0] == 30 and scope[1] == long_scope[1]
+        assert [[rowid for rowid, _ in ranking] for ranking in long_rankings] == [
+            [rowid for rowid, _ in ranking] for ranking in rankings
+        ]
+        assert [[round(score, 6) for _, score in ranking] for ranking in long_rankings] == [
+            [round(score, 6) for _, score in ranking] for ranking in rankings
+        ]
+        names = rows_of(memory)
+        assert rankings[0] and all(
+            names[rowid].startswith("long") for ranking in rankings for rowid, _ in ranking
+        )
