@@ -91,3 +91,36 @@ print(json.dumps({"frozen": frozen, "tracked": tracked, "collected": gc.collect(
     assert found["frozen"] > 10_000  # convmem's modules and what they import
     assert found["tracked"] < 1_000  # what a full collection still walks
     assert found["collected"] >= 2_000  # both objects of every cycle
+
+
+def test_warm_up_loads_what_the_first_searches_would(tmp_path: object) -> None:
+    """``Memory.warm_up`` (what ``convmem serve`` and ``convmem mcp`` call before they
+    freeze their start-up heap) loads the word segmenter's dictionary and the
+    Chinese-English dictionary (which only a Chinese question of English memory reads), so
+    that no request waits for them, and memory already stored is still searchable after
+    it. In a child process: both are loaded once per process."""
+    script = f"""
+import json
+import jieba
+from convmem import HashingEmbedder, Memory
+from convmem.text import bilingual
+
+path = {str(tmp_path)!r} + "/m.db"
+with Memory.open(path, embedder=HashingEmbedder(), workers=0) as memory:
+    memory.add_turns("c", [{{"turn_id": 0, "role": "user", "text": "我家的狗叫年糕"}}])
+    memory.flush()
+    before = bool(bilingual._loaded)
+    seconds = memory.warm_up()
+    after = [jieba.dt.initialized, bilingual._loaded[0] is not None]
+    hits = memory.search("年糕", top_k=3)
+print(json.dumps({{"before": before, "after": after, "seconds": seconds,
+                  "hits": [hit.text for hit in hits]}}))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
+    )
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["before"] is False  # writing and indexing never read it
+    assert found["after"] == [True, True]
+    assert found["seconds"] > 0
+    assert any("年糕" in text for text in found["hits"])

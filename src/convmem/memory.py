@@ -39,7 +39,7 @@ from convmem.retrieve import (
 )
 from convmem.retrieve.fusion import FUSIONS
 from convmem.store import IndexedChunk, SQLStore, StoredTurn
-from convmem.text import clean_text, tokenize
+from convmem.text import bilingual, clean_text, tokenize
 from convmem.worker import RetryPolicy
 from convmem.worker.vectors import embed_chunks
 
@@ -233,6 +233,19 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         return self._engine.indexer.run_pending(limit=limit)
 
     # -- read path ---------------------------------------------------------------------
+
+    def warm_up(self) -> float:
+        """Load now what the first searches would load: the word segmenter's dictionary,
+        the embedding model, the ranker and the everyday chat lines (one Chinese and one
+        English search of this tenant, their hits dropped) and the Chinese-English
+        dictionary when installed (1-3 s, read by the first Chinese question of English
+        memory). A long-running process calls it before it serves (``convmem serve`` and
+        ``convmem mcp`` do, and then freeze what it loaded); returns the seconds it took."""
+        began = time.perf_counter()
+        for question in ("我上次说了什么？", "What did I say last time?"):
+            self.search(question, top_k=1, min_score=0)
+        bilingual.lexicon()
+        return time.perf_counter() - began
 
     def search(
         self,

@@ -16,6 +16,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     with open_memory(args, workers=1) as memory:
         server = build_server(memory)
+        memory.warm_up()
         freeze_startup_heap()
         if args.http is None:
             server.run("stdio")

@@ -53,6 +53,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         heap_trim_seconds=args.heap_trim_seconds,
     )
     app = create_app(server_settings)
+    # no request waits for a dictionary or a model, and what they hold is frozen with the
+    # rest of the start-up heap
+    app.state.convmem.memory.warm_up()
     freeze_startup_heap()
     print(
         f"convmem serving on http://{args.host}:{args.port} (auth {'off' if args.no_auth else 'on'}, "
