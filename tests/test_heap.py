@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import platform
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
+from pathlib import Path
 
 import psutil
 import pytest
@@ -124,3 +127,25 @@ print(json.dumps({{"before": before, "after": after, "seconds": seconds,
     assert found["after"] == [True, True]
     assert found["seconds"] > 0
     assert any("年糕" in text for text in found["hits"])
+
+
+def test_warm_up_starts_a_service_whose_embedder_cannot_answer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service starts when its embedding endpoint is down at start-up: the warm-up's
+    searches fall back to the lexical side and say why, and memory stays searchable."""
+    from convmem import HashingEmbedder, Memory
+    from convmem.errors import EmbedderError
+
+    class Down(HashingEmbedder):
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            raise EmbedderError("Embedding endpoint http://10.0.0.1 failed: connection refused")
+
+    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns("c", [{"turn_id": 0, "role": "user", "text": "my dog is called Mochi"}])
+        memory.flush()
+    with Memory.open(str(tmp_path / "m.db"), embedder=Down(), workers=0) as memory:
+        with caplog.at_level(logging.WARNING, logger="convmem.retrieve.searcher"):
+            assert memory.warm_up() >= 0
+        assert "connection refused" in caplog.text
+        assert any("Mochi" in hit.text for hit in memory.search("Mochi", top_k=3))

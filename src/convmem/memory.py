@@ -240,7 +240,9 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         English search of this tenant, their hits dropped) and the Chinese-English
         dictionary when installed (1-3 s, read by the first Chinese question of English
         memory). A long-running process calls it before it serves (``convmem serve`` and
-        ``convmem mcp`` do, and then freeze what it loaded); returns the seconds it took."""
+        ``convmem mcp`` do, and then freeze what it loaded); returns the seconds it took.
+        An embedder that cannot answer now (a remote endpoint down) does not stop it: a
+        search whose question cannot be embedded searches lexically and logs why."""
         began = time.perf_counter()
         for question in ("我上次说了什么？", "What did I say last time?"):
             self.search(question, top_k=1, min_score=0)
