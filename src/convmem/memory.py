@@ -39,6 +39,7 @@ from convmem.retrieve import (
 )
 from convmem.retrieve.fusion import FUSIONS
 from convmem.store import IndexedChunk, SQLStore, StoredTurn
+from convmem.store.ann import ANN_MIN_ROWS
 from convmem.text import bilingual, clean_text, tokenize
 from convmem.worker import RetryPolicy
 from convmem.worker.vectors import embed_chunks
@@ -76,7 +77,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         job_batch: int = 64,
         allow_model_change: bool = False,
         model_cache_dir: Path | None = None,
-        ann_min_rows: int = 20000,
+        ann_min_rows: int = ANN_MIN_ROWS,
         vector_weight: float | None = None,
         fusion: str = "rrf",
         marker: Marker | None = None,

@@ -49,7 +49,7 @@ from convmem.retrieve.preretrieval import dialogue_vector
 from convmem.retrieve.ranker import Ranker, ranker_for
 from convmem.retrieve.request import GRANULARITIES, SearchRequest
 from convmem.store import SQLStore, parse_filters
-from convmem.store.ann import AnnIndex
+from convmem.store.ann import ANN_MIN_ROWS, AnnIndex
 from convmem.store.filters import FilterSpec
 from convmem.text import (
     DIALOGUE_LINES,
@@ -92,7 +92,7 @@ class HybridSearcher:
         *,
         vector_weight: float,
         fusion: str = "rrf",
-        ann_min_rows: int = 20000,
+        ann_min_rows: int = ANN_MIN_ROWS,
     ) -> None:
         if fusion not in FUSIONS:
             raise InvalidInputError(

