@@ -157,10 +157,11 @@ class AnnIndex:
             total = len(index)
             if not rowids or not total:
                 return []
+            vector = np.asarray(query, dtype=np.float32)
             want = math.ceil(2 * pool * total / len(rowids))
             while want <= WITHIN_MOST:
                 count = min(total, want)
-                matches = index.search(np.asarray(query, dtype=np.float32), count)
+                matches = index.search(vector, count)
                 hits = [
                     (int(key), 1.0 - float(distance))
                     for key, distance in zip(matches.keys, matches.distances, strict=True)

@@ -284,10 +284,10 @@ class SQLiteStore(SQLStore):
         give the same scores."""
         conn = self._db()
         scope = self.scope_rowids(tenant, spec)
-        if not scope:
-            return Scope(0, 0.0, [])
         wanted = set(terms)
-        if len(scope) > self.SCOPE_SCAN_ROWS and wanted:
+        if not scope or not wanted:  # no row holds a term: nothing to read but the count
+            return Scope(len(scope), 0.0, [])
+        if len(scope) > self.SCOPE_SCAN_ROWS:
             postings = sum(self._document_counts(conn, list(wanted)).values())
             if postings <= MATCHED_POSTINGS * len(scope):
                 inside = set(scope)
