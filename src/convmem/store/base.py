@@ -25,6 +25,7 @@ A backend (:class:`~convmem.store.sqlite.SQLiteStore`,
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from convmem.clock import SYSTEM_CLOCK, Clock
 from convmem.store.chunks import ChunkTables
@@ -81,6 +82,7 @@ class SQLStore(
         # document frequencies of query terms, see LexicalStats._selective_terms
         self._term_cache: dict[str, int] = {}
         self._term_cache_time = time.monotonic()
+        self._averages: dict[tuple[Any, ...], tuple[float, float]] = {}
 
 
 #: What the layers above a store depend on: the shared queries over a backend's hooks.

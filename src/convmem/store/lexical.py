@@ -8,7 +8,7 @@ import time
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import combinations
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from convmem.store.contract import Backend
 from convmem.store.dbapi import Connection
@@ -65,6 +65,8 @@ PAIR_ROWS = 500
 QUERY_TERMS = 64
 CONVERSATION_QUERY_TERMS = 256
 TERM_CACHE_SECONDS = 300.0
+# Long conversations whose average chunk length is cached (LexicalStats._scope_average)
+SCOPE_AVERAGES = 1024
 
 
 def query_terms(tokens: Sequence[str], spec: FilterSpec) -> dict[str, float]:
@@ -124,6 +126,8 @@ class LexicalStats(Backend):
 
     _term_cache: dict[str, int]
     _term_cache_time: float
+    # long conversations' average length: (tenant, filter) -> (when read, average)
+    _averages: dict[tuple[Any, ...], tuple[float, float]]
     #: Postings a tenant-wide query reads (its rarest terms first; a term alone past the
     #: budget is not read), and the most a left-out term may have to be read in a pair
     #: (``PAIRS``). FTS5 reads a term's doclist in one sequential pass; a server store
@@ -134,6 +138,22 @@ class LexicalStats(Backend):
     def _forget_terms(self) -> None:
         """Drop cached term statistics (after the lexical index was rebuilt)."""
         self._term_cache.clear()
+        self._averages.clear()
+
+    def _scope_average(self, key: tuple[Any, ...], read: Callable[[], float]) -> float:
+        """The average length in tokens of a long conversation's rows (``read`` reads it),
+        cached for ``TERM_CACHE_SECONDS`` under ``key`` (the tenant and the filter) as the
+        term counts are: it moves little as a long conversation grows, and reading it
+        reads every row."""
+        now = time.monotonic()
+        cached = self._averages.get(key)
+        if cached is not None and now - cached[0] <= TERM_CACHE_SECONDS:
+            return cached[1]
+        average = read()
+        if len(self._averages) >= SCOPE_AVERAGES:
+            self._averages.clear()
+        self._averages[key] = (now, average)
+        return average
 
     @abstractmethod
     def _scope_documents(self, tenant: str, spec: FilterSpec, terms: Collection[str]) -> Scope:

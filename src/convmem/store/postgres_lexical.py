@@ -189,19 +189,35 @@ class PostgresLexical(ChunkReads, LexicalStats):
     def _scope_documents(self, tenant: str, spec: FilterSpec, terms: Collection[str]) -> Scope:
         """One conversation's rows, read directly as on SQLite, statistics from those rows,
         no document frequencies to look up (counting a new query word cost 10-30 ms at
-        1 M chunks): their number and average length in one aggregate, then only the rows
-        that hold an asked term (``tsv @@`` any of them), each with those terms' counts. A
-        5,000-chunk conversation returned every row with its terms unnested: 150 ms. Up to
-        ``SCOPE_SCAN_ROWS`` rows the conversation's rows are read first, past that the GIN
-        index finds the rows that hold a term (bench/README.md, stop 37)."""
+        1 M chunks): their number from the ``chunks_live`` index, their average length
+        (read with it up to ``SCOPE_SCAN_ROWS`` rows, cached past that, as on SQLite), then
+        only the rows that hold an asked term (``tsv @@`` any of them), each with those
+        terms' counts. Up to ``SCOPE_SCAN_ROWS`` rows the conversation's rows are read
+        first, past that the GIN index finds the rows that hold a term (bench/README.md,
+        stops 37 and 38). The asked terms are joined as a table, not tested with ``=
+        ANY(array)``: a prepared statement's generic plan tests each lexeme of each row
+        against every term in turn (60-100 against 26-33 ms for a 33-term line at 5,000
+        rows)."""
         where, params = self._live_clause(spec)
         reader = self._db()
+        now = self.now()
+        # the count from the chunks_live index alone; the average length (every row read,
+        # 20 ms at 5,000 rows) only for a short conversation, cached for a long one
         size, average = reader.execute(
-            f"SELECT count(*), avg(c.ntokens) FROM chunks c WHERE c.tsv IS NOT NULL AND {where}",
-            [tenant, self.now(), *params],
+            f"""
+            WITH n AS MATERIALIZED (SELECT count(*) AS size FROM chunks c WHERE {where})
+            SELECT n.size, CASE WHEN n.size <= ? THEN (
+                SELECT avg(c.ntokens) FROM chunks c WHERE c.tsv IS NOT NULL AND {where}
+            ) END FROM n
+            """,
+            [tenant, now, *params, self.SCOPE_SCAN_ROWS, tenant, now, *params],
         ).fetchone()
         if not size or not terms:
             return Scope(int(size), float(average or 0.0), [])
+        if average is None:
+            average = self._scope_average(
+                (tenant, where, *params), lambda: self._scope_length(tenant, where, params)
+            )
         query = " | ".join(_lexeme(term) for term in terms)
         if size <= self.SCOPE_SCAN_ROWS:
             # the conversation's rows first, through its b-tree: the planner would otherwise
@@ -211,22 +227,24 @@ class PostgresLexical(ChunkReads, LexicalStats):
                 WITH scope AS MATERIALIZED (
                     SELECT c.rowid, c.ntokens, c.tsv FROM chunks c
                     WHERE c.tsv IS NOT NULL AND {where}
-                )
+                ), q AS (SELECT * FROM unnest(CAST(? AS text[])) AS q(term))
                 SELECT s.rowid, s.ntokens, u.lexeme, cardinality(u.positions)
                 FROM scope s CROSS JOIN LATERAL unnest(s.tsv) AS u
-                WHERE s.tsv @@ CAST(? AS tsquery) AND u.lexeme = ANY(CAST(? AS text[]))
+                JOIN q ON q.term = u.lexeme
+                WHERE s.tsv @@ CAST(? AS tsquery)
                 """,
-                [tenant, self.now(), *params, query, list(terms)],
+                [tenant, now, *params, list(terms), query],
             )
         else:  # a long conversation: the GIN index finds its rows that hold a term
             rows = reader.execute(
                 f"""
+                WITH q AS (SELECT * FROM unnest(CAST(? AS text[])) AS q(term))
                 SELECT c.rowid, c.ntokens, u.lexeme, cardinality(u.positions)
                 FROM chunks c CROSS JOIN LATERAL unnest(c.tsv) AS u
-                WHERE c.tsv @@ CAST(? AS tsquery) AND u.lexeme = ANY(CAST(? AS text[]))
-                    AND {where}
+                JOIN q ON q.term = u.lexeme
+                WHERE c.tsv @@ CAST(? AS tsquery) AND {where}
                 """,
-                [query, list(terms), tenant, self.now(), *params],
+                [list(terms), query, tenant, now, *params],
             )
         documents: dict[int, tuple[int, dict[str, int]]] = {}
         for rowid, length, lexeme, count in rows:
@@ -236,6 +254,18 @@ class PostgresLexical(ChunkReads, LexicalStats):
             float(average),
             [(rowid, length, counts) for rowid, (length, counts) in documents.items()],
         )
+
+    def _scope_length(self, tenant: str, where: str, params: Sequence[Any]) -> float:
+        """The average length in tokens of a conversation's indexed rows."""
+        (average,) = (
+            self._db()
+            .execute(
+                f"SELECT avg(c.ntokens) FROM chunks c WHERE c.tsv IS NOT NULL AND {where}",
+                [tenant, self.now(), *params],
+            )
+            .fetchone()
+        )
+        return float(average or 0.0)
 
     def lexical(
         self,

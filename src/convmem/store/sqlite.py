@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -23,7 +21,7 @@ from convmem.errors import StoreError
 from convmem.store.base import MIGRATIONS, SQLStore, query_terms, select_in
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
-from convmem.store.lexical import TERM_CACHE_SECONDS, Scope
+from convmem.store.lexical import Scope
 
 __all__ = ["SQLiteStore"]
 
@@ -37,8 +35,6 @@ CACHE_KIB = 8192
 # read and counted every row, about 90 ms, up to twice a search. A posting costs about
 # 0.5 µs to list, a scanned row about 10 µs to read and count (bench/README.md, stop 37).
 MATCHED_POSTINGS = 8
-# Large scopes whose average length is cached (_scope_average)
-SCOPE_AVERAGES = 1024
 
 LEXICAL_MIGRATIONS = {
     1: "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(tokens, "
@@ -63,8 +59,6 @@ class SQLiteStore(SQLStore):
         self._durability = durability
         self._local = threading.local()
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
-        # large scopes' average length: key -> (when read, average)
-        self._averages: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._write_lock = threading.Lock()
@@ -301,18 +295,14 @@ class SQLiteStore(SQLStore):
                 ]
                 rows = _counted(_tokens_of(conn, holding), wanted)
                 where, params = self._live_clause(spec)
-                average = self._scope_average(conn, (tenant, where, *params), scope)
+                average = self._scope_average(
+                    (tenant, where, *params), lambda: self._scope_length(conn, scope)
+                )
                 return Scope(len(scope), average, [row for row in rows if row[2]])
         return Scope.of(_counted(_tokens_of(conn, scope), wanted))
 
-    def _scope_average(self, conn: Connection, key: tuple[Any, ...], scope: list[int]) -> float:
-        """The average length in tokens of the rows of a large scope, cached for
-        ``TERM_CACHE_SECONDS`` as the term counts are: it moves little as a long
-        conversation grows, and reading it reads every row's tokens."""
-        now = time.monotonic()
-        cached = self._averages.get(key)
-        if cached is not None and now - cached[0] <= TERM_CACHE_SECONDS:
-            return cached[1]
+    def _scope_length(self, conn: Connection, scope: list[int]) -> float:
+        """The average length in tokens of the rows of ``scope`` (reads every row's tokens)."""
         total = sum(
             int(length)
             for (length,) in select_in(
@@ -322,15 +312,7 @@ class SQLiteStore(SQLStore):
                 scope,
             )
         )
-        if len(self._averages) >= SCOPE_AVERAGES:
-            self._averages.clear()
-        average = total / len(scope)
-        self._averages[key] = (now, average)
-        return average
-
-    def _forget_terms(self) -> None:
-        super()._forget_terms()
-        self._averages.clear()
+        return total / len(scope)
 
 
 def _tokens_of(conn: Connection, rowids: Sequence[int]) -> Iterable[tuple[int, str]]:
