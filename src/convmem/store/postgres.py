@@ -268,6 +268,20 @@ class PostgresStore(PostgresLexical, SQLStore):
                 row = conn.execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
                 start = int(row[0]) + 1 if row else 1
                 conn.execute(f"CREATE SEQUENCE {self._sequence} START WITH {start}")
+            self._keep_vectors_in_rows(conn)
+
+    def _keep_vectors_in_rows(self, conn: Connection) -> None:
+        """Keep a chunk's vector in its row (``STORAGE MAIN``) instead of pgvector's
+        default, the TOAST table (``EXTERNAL``): scoring one conversation's rows exactly
+        fetched every vector from there (5,000 rows 30 -> 12 ms). Rows written before keep
+        theirs out of line until they are written again (``convmem reindex`` rewrites them
+        all); a row that would not fit a page still moves its vector out of line."""
+        storage = conn.execute(
+            "SELECT attstorage FROM pg_attribute "
+            "WHERE attrelid = CAST('chunks' AS regclass) AND attname = 'vector'"
+        ).fetchone()
+        if storage is not None and storage[0] != "m":
+            conn.execute("ALTER TABLE chunks ALTER COLUMN vector SET STORAGE MAIN")
 
     def _next_change(self, conn: Connection) -> int:
         """From a sequence, not the ``meta`` row: concurrent writers do not queue on one
@@ -457,11 +471,14 @@ class PostgresStore(PostgresLexical, SQLStore):
         if not scan_all and self._dimension is not None and vector.shape == (self._dimension,):
             column = f"CAST(c.vector AS vector({self._dimension}))"
             same_model = f"vector_dims(c.vector) = {self._dimension}"
+        # ordered by the selected distance: the expression again, with its own parameter,
+        # was computed again for every row (5,000 rows 48 -> 36 ms). A scan breaks ties
+        # by the oldest row, as SQLite does; the graph gives its own order.
         sql = (
             f"SELECT c.rowid, {column} <=> ? AS distance FROM chunks c WHERE {where} "
-            f"AND {same_model} ORDER BY {column} <=> ? LIMIT ?"
+            f"AND {same_model} ORDER BY distance{', c.rowid' if scan_all else ''} LIMIT ?"
         )
-        values = [vector, tenant, self.now(), *params, vector, limit]
+        values = [vector, tenant, self.now(), *params, limit]
         if scan_all:  # one statement: no transaction to open and commit (two round trips)
             rows = self._db().execute(sql, values).fetchall()
         else:
