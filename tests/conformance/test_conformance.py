@@ -999,66 +999,6 @@ def test_the_hnsw_graph_is_built_with_the_chosen_breadth(backend_url: str) -> No
         assert memory.search("lighthouse", top_k=1, mode="vector", min_score=0)
 
 
-def _vector_storage(memory: Memory) -> str:
-    row = (
-        memory.store._db()
-        .execute(  # type: ignore[attr-defined]
-            "SELECT attstorage FROM pg_attribute "
-            "WHERE attrelid = CAST('chunks' AS regclass) AND attname = 'vector'"
-        )
-        .fetchone()
-    )
-    return str(row[0])
-
-
-@pytest.mark.parametrize("backend", ["postgres"])
-def test_a_chunks_vector_is_kept_in_its_row(backend_url: str) -> None:
-    """pgvector stores a vector out of line (EXTERNAL) by default, and scoring one
-    conversation's rows exactly then fetched every vector from the TOAST table. A store
-    sets the column to MAIN when it opens, also one made before it did; rows written
-    before and after score alike."""
-    with opened(backend_url) as memory:
-        assert _vector_storage(memory) == "m"
-        with memory.store._write() as conn:  # type: ignore[attr-defined]
-            conn.execute("ALTER TABLE chunks ALTER COLUMN vector SET STORAGE EXTERNAL")
-        assert _vector_storage(memory) == "e"  # as a store made before this release
-        assert memory.upsert_chunks([chunk("k1", "the lighthouse keeper")]).errors == []
-    with opened(backend_url) as memory:
-        assert _vector_storage(memory) == "m"
-        assert (
-            memory.upsert_chunks([chunk("k2", "the lighthouse keeper", turns=(2, 3))]).errors == []
-        )
-        hits = memory.search(
-            "lighthouse keeper",
-            top_k=2,
-            mode="vector",
-            granularity="chunk",
-            min_score=0,
-            filters={"conversation_id": "c1"},
-        )
-        assert [hit.chunk_id for hit in hits] == ["k1", "k2"]
-        assert hits[0].score == pytest.approx(hits[1].score)
-
-
-@pytest.mark.parametrize("backend", ["citus"])
-def test_citus_shards_keep_a_chunks_vector_in_its_row(backend_url: str) -> None:
-    """Citus cannot alter a distributed column's storage: a new store sets it before it
-    distributes ``chunks``, and every shard is made with it; reopening leaves it be."""
-    for _ in range(2):
-        with opened(backend_url) as memory:
-            assert _vector_storage(memory) == "m"
-            shards = (
-                memory.store._db()
-                .execute(  # type: ignore[attr-defined]
-                    "SELECT result FROM run_command_on_shards(CAST('chunks' AS regclass), "
-                    "$$SELECT attstorage FROM pg_attribute WHERE attrelid = "
-                    "CAST('%s' AS regclass) AND attname = 'vector'$$)"
-                )
-                .fetchall()
-            )
-            assert shards and {row[0] for row in shards} == {"m"}
-
-
 def test_a_tokenizer_change_rebuilds_every_tenants_lexical_index(backend_url: str) -> None:
     """The rebuild re-indexes each tenant's rows (by tenant and rowid: one shard per
     statement on Citus), and neither tenant's search sees the other's chunks."""

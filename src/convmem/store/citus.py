@@ -122,16 +122,6 @@ class CitusStore(PostgresStore):
         super()._migrate()
         self._distribute()
 
-    def _keep_vectors_in_rows(self, conn: Connection) -> None:
-        """As on PostgreSQL, while ``chunks`` is still a local table: Citus cannot alter
-        a column's storage once it is distributed (its shards take the setting when they
-        are made), so a Citus store made before keeps vectors out of line."""
-        distributed = conn.execute(
-            "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = CAST('chunks' AS regclass)"
-        ).fetchone()
-        if distributed is None:
-            super()._keep_vectors_in_rows(conn)
-
     def _distribute(self) -> None:
         """Distribute (or replicate) every table of the schema that Citus does not hold yet.
 

@@ -268,20 +268,6 @@ class PostgresStore(PostgresLexical, SQLStore):
                 row = conn.execute("SELECT value FROM meta WHERE key='change_seq'").fetchone()
                 start = int(row[0]) + 1 if row else 1
                 conn.execute(f"CREATE SEQUENCE {self._sequence} START WITH {start}")
-            self._keep_vectors_in_rows(conn)
-
-    def _keep_vectors_in_rows(self, conn: Connection) -> None:
-        """Keep a chunk's vector in its row (``STORAGE MAIN``) instead of pgvector's
-        default, the TOAST table (``EXTERNAL``): scoring one conversation's rows exactly
-        fetched every vector from there (5,000 rows 30 -> 12 ms). Rows written before keep
-        theirs out of line until they are written again (``convmem reindex`` rewrites them
-        all); a row that would not fit a page still moves its vector out of line."""
-        storage = conn.execute(
-            "SELECT attstorage FROM pg_attribute "
-            "WHERE attrelid = CAST('chunks' AS regclass) AND attname = 'vector'"
-        ).fetchone()
-        if storage is not None and storage[0] != "m":
-            conn.execute("ALTER TABLE chunks ALTER COLUMN vector SET STORAGE MAIN")
 
     def _next_change(self, conn: Connection) -> int:
         """From a sequence, not the ``meta`` row: concurrent writers do not queue on one
