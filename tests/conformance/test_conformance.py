@@ -673,7 +673,6 @@ def test_postgres_hnsw_index_answers_filtered_queries(tmp_path: Any) -> None:
             # many rows tie (a word in common): any of them is as near as another
             tenth = exact[-1][1]
             assert sum(score >= tenth - 1e-6 for _, score in fast) >= 8
-            assert exact == sorted(exact, key=lambda hit: (-hit[1], hit[0]))
             rare = parse_filters({"category": "rare"}, tenant=memory.tenant)
             hits = store.scan_vectors(memory.tenant, rare, vector, 10)
             assert len(hits) == sum(1 for r in records if r["metadata"]["category"] == "rare")
@@ -997,6 +996,28 @@ def test_the_hnsw_graph_is_built_with_the_chosen_breadth(backend_url: str) -> No
             store.build_vector_index(m=16, ef_construction=20)  # type: ignore[attr-defined]
         assert caught.value.field == "ef_construction"
         assert memory.search("lighthouse", top_k=1, mode="vector", min_score=0)
+
+
+def test_an_exact_vector_scan_gives_ties_at_the_cut_to_the_oldest_rows(backend_url: str) -> None:
+    """Twelve chunks of one text in a conversation tie on every cosine: a scan that keeps
+    five keeps the five written first, on every backend, however the rows are read (the
+    first five rewritten since, so a server reads them last)."""
+    with opened(backend_url) as memory:
+        records = [chunk(f"t{i}", "the ferry to the island", turns=(i, i)) for i in range(12)]
+        records.append(chunk("other", "a recipe for plum cake", turns=(20, 20)))
+        assert memory.upsert_chunks(records).errors == []
+        again = [
+            {**record, "metadata": {**record["metadata"], "topic": "travel"}}
+            for record in records[:5]
+        ]
+        assert memory.upsert_chunks(again).errors == []
+        names = rows_of(memory)
+        oldest = sorted(rowid for rowid, name in names.items() if name.startswith("t"))[:5]
+        vector = memory._engine.embedding.embed_array(["the ferry to the island"])[0]
+        spec = parse_filters({"conversation_id": "c1"}, tenant=memory.tenant)
+        hits = memory.store.scan_vectors(memory.tenant, spec, vector, 5)
+        assert [rowid for rowid, _ in hits] == oldest
+        assert len({round(score, 5) for _, score in hits}) == 1
 
 
 def test_a_tokenizer_change_rebuilds_every_tenants_lexical_index(backend_url: str) -> None:

@@ -203,9 +203,15 @@ class SQLiteStore(SQLStore):
         matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(rowids), -1)
         scores = matrix @ np.asarray(query, dtype=np.float32)
         take = min(limit, len(rowids))
-        top = np.argpartition(-scores, take - 1)[:take]
-        hits = [(rowids[i], float(scores[i])) for i in top]
-        hits.sort(key=lambda hit: (-hit[1], hit[0]))  # ties: oldest row first, as everywhere
+        # the best ``take``; rows tied at the cut: the oldest first, as everywhere
+        cut = np.partition(scores, len(scores) - take)[len(scores) - take]
+        above = np.flatnonzero(scores > cut)
+        tied = np.flatnonzero(scores == cut)
+        if len(above) + len(tied) > take:
+            order = np.argsort(np.asarray(rowids)[tied], kind="stable")
+            tied = tied[order][: take - len(above)]
+        hits = [(rowids[i], float(scores[i])) for i in (*above, *tied)]
+        hits.sort(key=lambda hit: (-hit[1], hit[0]))
         return hits
 
     def lexical(
