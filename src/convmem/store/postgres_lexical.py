@@ -65,6 +65,11 @@ def _tsquery(terms: Sequence[str]) -> str:
     return " | ".join(_lexeme(term) for term in terms)
 
 
+def _average_sql(where: str) -> str:
+    """The average length in tokens of the indexed rows under ``where`` (alias ``c``)."""
+    return f"SELECT avg(c.ntokens) FROM chunks c WHERE c.tsv IS NOT NULL AND {where}"
+
+
 class PostgresLexical(ChunkReads, LexicalStats):
     """The lexical hooks of :class:`~convmem.store.postgres.PostgresStore`."""
 
@@ -203,22 +208,22 @@ class PostgresLexical(ChunkReads, LexicalStats):
         now = self.now()
         # the count from the chunks_live index alone; the average length (every row read,
         # 20 ms at 5,000 rows) only for a short conversation, cached for a long one
+        values = [tenant, now, *params]
         size, average = reader.execute(
             f"""
             WITH n AS MATERIALIZED (SELECT count(*) AS size FROM chunks c WHERE {where})
-            SELECT n.size, CASE WHEN n.size <= ? THEN (
-                SELECT avg(c.ntokens) FROM chunks c WHERE c.tsv IS NOT NULL AND {where}
-            ) END FROM n
+            SELECT n.size, CASE WHEN n.size <= ? THEN ({_average_sql(where)}) END FROM n
             """,
-            [tenant, now, *params, self.SCOPE_SCAN_ROWS, tenant, now, *params],
+            [*values, self.SCOPE_SCAN_ROWS, *values],
         ).fetchone()
         if not size or not terms:
             return Scope(int(size), float(average or 0.0), [])
         if average is None:
             average = self._scope_average(
-                (tenant, where, *params), lambda: self._scope_length(tenant, where, params)
+                (tenant, where, *params),
+                lambda: float(reader.execute(_average_sql(where), values).fetchone()[0] or 0.0),
             )
-        query = " | ".join(_lexeme(term) for term in terms)
+        query = _tsquery(list(terms))
         if size <= self.SCOPE_SCAN_ROWS:
             # the conversation's rows first, through its b-tree: the planner would otherwise
             # go through the GIN index for a common word (p99 26-31 -> 47-54 ms at 200 rows)
@@ -233,7 +238,7 @@ class PostgresLexical(ChunkReads, LexicalStats):
                 JOIN q ON q.term = u.lexeme
                 WHERE s.tsv @@ CAST(? AS tsquery)
                 """,
-                [tenant, now, *params, list(terms), query],
+                [*values, list(terms), query],
             )
         else:  # a long conversation: the GIN index finds its rows that hold a term
             rows = reader.execute(
@@ -244,7 +249,7 @@ class PostgresLexical(ChunkReads, LexicalStats):
                 JOIN q ON q.term = u.lexeme
                 WHERE c.tsv @@ CAST(? AS tsquery) AND {where}
                 """,
-                [list(terms), query, tenant, now, *params],
+                [list(terms), query, *values],
             )
         documents: dict[int, tuple[int, dict[str, int]]] = {}
         for rowid, length, lexeme, count in rows:
@@ -254,18 +259,6 @@ class PostgresLexical(ChunkReads, LexicalStats):
             float(average),
             [(rowid, length, counts) for rowid, (length, counts) in documents.items()],
         )
-
-    def _scope_length(self, tenant: str, where: str, params: Sequence[Any]) -> float:
-        """The average length in tokens of a conversation's indexed rows."""
-        (average,) = (
-            self._db()
-            .execute(
-                f"SELECT avg(c.ntokens) FROM chunks c WHERE c.tsv IS NOT NULL AND {where}",
-                [tenant, self.now(), *params],
-            )
-            .fetchone()
-        )
-        return float(average or 0.0)
 
     def lexical(
         self,
