@@ -10,6 +10,7 @@ from typing import Any
 
 from convmem import EmbedderError, HashingEmbedder, Memory
 from convmem.embed.base import Vectors
+from convmem.store.records import matrix_bytes, matrix_rows
 
 BASE_TIME = datetime(2026, 2, 2, 10, 0, tzinfo=UTC)
 
@@ -147,9 +148,9 @@ def strip_clause_vectors(memory: Memory) -> None:
         for rowid, blob, metadata in rows:
             if blob is not None:
                 lines = len(json.loads(metadata)["turn_seqs"])
+                rows = matrix_rows(bytes(blob), dimension)[:lines]
                 conn.execute(
-                    "UPDATE chunks SET turn_vectors=? WHERE rowid=?",
-                    (bytes(blob)[: lines * 4 * dimension], rowid),
+                    "UPDATE chunks SET turn_vectors=? WHERE rowid=?", (matrix_bytes(rows), rowid)
                 )
 
 

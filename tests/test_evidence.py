@@ -261,8 +261,9 @@ def test_chunks_without_stored_turn_vectors_still_score_their_turns(memory: Memo
     assert [h.metadata["turn_range"] for h in fallback] == [
         h.metadata["turn_range"] for h in stored
     ]
+    # the stored vectors are float16 (a cosine moves by < 1e-4), the evidence rounds to 1e-4
     assert fallback[0].metadata["evidence"]["similarity"] == pytest.approx(
-        stored[0].metadata["evidence"]["similarity"], abs=1e-4
+        stored[0].metadata["evidence"]["similarity"], abs=2e-4
     )
 
 

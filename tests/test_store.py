@@ -11,9 +11,10 @@ import pytest
 from convmem import HashingEmbedder, Memory, StoreError
 from convmem.errors import InvalidInputError
 from convmem.governance import KeepAllMarker
-from convmem.store import SQLiteStore, parse_filters
+from convmem.store import SQLiteStore, matrix_rows, parse_filters
 from convmem.store import lexical as store_lexical
 from convmem.store import schema as store_schema
+from convmem.store.records import HALF_TAG, matrix_bytes
 from convmem.text import tokenize
 from helpers import make_turns
 
@@ -449,3 +450,19 @@ def test_a_long_conversation_reads_its_vectors_from_the_hnsw_sidecar(
         assert all(name.startswith("long") for name in scanned)
         monkeypatch.setattr(ann, "WITHIN_MOST", 10)
         assert nearest(5) == scanned and calls[-1] == -1
+
+
+def test_turn_vector_blobs_are_half_precision_and_read_back_as_float32() -> None:
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((5, 64)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    blob = matrix_bytes(rows)
+    assert blob[:4] == HALF_TAG and len(blob) == 4 + rows.size * 2
+    back = matrix_rows(blob, 64)
+    assert back.dtype == np.float32 and back.shape == (5, 64)
+    assert np.abs(back @ rows.T - rows @ rows.T).max() < 1e-3
+    # an untagged blob is float32 rows, as stores indexed before the tag hold them
+    assert np.array_equal(matrix_rows(rows.tobytes(), 64), rows)
+    # values float16 cannot hold stay float32, untagged, rather than turn into inf
+    large = rows * 1e6
+    assert np.array_equal(matrix_rows(matrix_bytes(large), 64), large)

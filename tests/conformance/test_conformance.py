@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -27,7 +28,7 @@ from convmem.errors import EmbeddingMismatchError, FilterError, InvalidInputErro
 from convmem.governance import KeepAllMarker
 from convmem.ingest import known_tokens, line_clauses, line_tokens, turn_lines
 from convmem.models import ChunkMetadata, Hit
-from convmem.store import Backend, Store, matches, parse_filters
+from convmem.store import Backend, Store, matches, matrix_rows, parse_filters
 from convmem.store.schema import SCHEMA_VERSION
 from convmem.text import tokenize
 from helpers import make_turns
@@ -694,7 +695,7 @@ def _turn_vector_rows(memory: Memory, conversation: str) -> dict[str, int | None
     )
     dimension = memory.embedding.dimension
     return {
-        row[0]: None if row[1] is None else len(bytes(row[1])) // (4 * dimension)
+        row[0]: None if row[1] is None else len(matrix_rows(bytes(row[1]), dimension))
         for row in rows
         if not row[2]
     } | {
@@ -746,6 +747,44 @@ def test_the_worker_stores_a_vector_per_turn_and_search_reads_them(backend_url: 
         after = _turn_vector_rows(memory, "c")
         live = memory.search("车位", top_k=50, granularity="chunk", min_score=0)
         assert after and all(after[hit.chunk_id] == _vector_count(hit) for hit in live)
+
+
+def test_turn_vectors_are_kept_in_half_precision_and_old_full_precision_rows_still_read(
+    backend_url: str,
+) -> None:
+    """The worker writes each chunk's turn vectors as tagged float16 (half the bytes); a row
+    written before that (float32, untagged) is read as float32, and both give the same turn
+    hits with similarities within float16's rounding."""
+    texts = ["我的车停在地下二层B区17号车位。", "好的，已经记下了。", "明天要下雨。", "记得带伞。"]
+    with opened(backend_url, embedder=_StoredLinesOnly()) as memory:
+        memory.add_turns("c", make_turns(texts * 3))
+        memory.flush()
+        dimension = memory.embedding.dimension
+        stored = [
+            (rowid, bytes(blob))
+            for rowid, blob in memory.store._db().execute(
+                "SELECT rowid, turn_vectors FROM chunks WHERE tenant=? AND "
+                "turn_vectors IS NOT NULL",
+                (memory.tenant,),
+            )
+        ]
+        assert stored
+        for _, blob in stored:
+            rows = matrix_rows(blob, dimension)
+            assert len(blob) == 4 + rows.size * 2  # the tag, then two bytes a value
+            assert np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=2e-3)
+        half = memory.search("车停在哪里", top_k=3, min_score=0)
+        with memory.store._write() as conn:
+            for rowid, blob in stored:  # as a store indexed before the tag holds them
+                full = matrix_rows(blob, dimension).astype(np.float32).tobytes()
+                conn.execute("UPDATE chunks SET turn_vectors=? WHERE rowid=?", (full, rowid))
+        full = memory.search("车停在哪里", top_k=3, min_score=0)
+        assert [h.metadata["turn_range"] for h in full] == [h.metadata["turn_range"] for h in half]
+        for a, b in zip(full, half, strict=True):
+            assert a.metadata["evidence"]["similarity"] == pytest.approx(
+                b.metadata["evidence"]["similarity"], abs=1e-6
+            )
+            assert a.score == pytest.approx(b.score, abs=1e-4)
 
 
 def _turn_token_rows(

@@ -48,7 +48,7 @@ from convmem.retrieve.fusion import FUSIONS, diverse, fuse, interleave
 from convmem.retrieve.preretrieval import dialogue_vector
 from convmem.retrieve.ranker import Ranker, ranker_for
 from convmem.retrieve.request import GRANULARITIES, SearchRequest
-from convmem.store import SQLStore, parse_filters
+from convmem.store import SQLStore, matrix_rows, parse_filters
 from convmem.store.ann import ANN_MIN_ROWS, AnnIndex
 from convmem.store.filters import FilterSpec
 from convmem.text import (
@@ -376,8 +376,7 @@ class HybridSearcher:
             embed=self.turn_vectors if self.embedding.embeds_turns else None,
             chunk_similarity=similarity,
             line_vectors={
-                rows[rowid][0]: np.frombuffer(blob, np.float32).reshape(-1, dimension)
-                for rowid, blob in stored.items()
+                rows[rowid][0]: matrix_rows(blob, dimension) for rowid, blob in stored.items()
             },
             vector_weight=weight,
             line_tokens=known,

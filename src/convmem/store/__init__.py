@@ -17,6 +17,7 @@ from convmem.store.records import (
     MarkRow,
     MarkWrite,
     StoredTurn,
+    matrix_rows,
     text_digest,
     worker_identity,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "StoredTurn",
     "default_store_path",
     "matches",
+    "matrix_rows",
     "open_store",
     "parse_filters",
     "text_digest",

@@ -21,6 +21,7 @@ from convmem.store import (
     IndexBatch,
     IndexedChunk,
     SQLStore,
+    matrix_rows,
     text_digest,
     worker_identity,
 )
@@ -175,7 +176,7 @@ class Indexer:
                     and seen[1] == model_id
                     and (seen[3] is not None or not lines)
                 ):
-                    stored = None if seen[3] is None else _matrix(seen[3], dimension)
+                    stored = None if seen[3] is None else matrix_rows(seen[3], dimension)
                     vectors[position, index] = (np.frombuffer(seen[2], np.float32), stored)
                 else:
                     todo.append((position, index))
@@ -196,10 +197,6 @@ class Indexer:
                 )
                 for index, record in enumerate(item.records)
             ]
-
-
-def _matrix(blob: bytes, dimension: int) -> np.ndarray:
-    return np.frombuffer(blob, dtype=np.float32).reshape(-1, dimension)
 
 
 def _batch(item: Prepared) -> IndexBatch:
