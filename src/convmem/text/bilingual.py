@@ -112,20 +112,24 @@ class Lexicon:
                     # (not of a verb's or a name's: make known, Chongqing city)
                     head = None if gloss.startswith("to ") or proper else _phrase_head(phrase)
                     for word, at in ((phrase, rank), (head, rank + 1)):
-                        # a name of several words is looked up whole (east china: 华东)
-                        name = proper and word == phrase and _NAME_PHRASE.fullmatch(phrase)
-                        if word and (_ENGLISH_WORD.fullmatch(word) or name):
+                        # a name of several words is looked up whole (east china: 华东;
+                        # a name has no head, so ``word`` is the phrase)
+                        if word and (
+                            _ENGLISH_WORD.fullmatch(word)
+                            or (proper and _NAME_PHRASE.fullmatch(word))
+                        ):
                             best = ranked.setdefault(word, {}).get(simplified, SENSES + 1)
                             ranked[word][simplified] = min(best, at)
             if heads and simplified not in lexicon.chinese:
                 lexicon.chinese[simplified] = tuple(heads[:SENSES])
+        # a later sense costs a word a factor of SENSE_COST in frequency: 报告 (its second
+        # sense "to report", 16,715) before 汇报 (its first, 1,563)
+        cost = math.log(SENSE_COST)
         for word, candidates in ranked.items():
-            # a later sense costs a word a factor of SENSE_COST in frequency: 报告 (its
-            # second sense "to report", 16,715) before 汇报 (its first, 1,563)
             order = sorted(
                 candidates,
                 key=lambda chinese: (
-                    candidates[chinese] * math.log(SENSE_COST) - math.log(frequency[chinese]),
+                    candidates[chinese] * cost - math.log(frequency[chinese]),
                     chinese,
                 ),
             )
