@@ -91,7 +91,8 @@ def test_scores_are_calibrated_never_rise_down_the_list_and_keep_the_rank_score(
 
 
 def test_relevance_rises_with_coverage_and_similarity() -> None:
-    for key, calibration in CALIBRATIONS.items():  # every model, turn and chunk hits
+    # every model, turn and chunk hits, one conversation and tenant-wide
+    for key, calibration in [*CALIBRATIONS.items(), *UNSCOPED.items()]:
         assert relevance(calibration, 0.5, 0.5, 0.8) > relevance(calibration, 0.5, 0.5, 0.0)
         assert relevance(calibration, 1.0, 1.0, None) > relevance(calibration, 0.0, 0.0, None)
         if key[-1] == CROSS:  # a hit in the other language shares no token: no coverage

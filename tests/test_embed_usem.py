@@ -37,6 +37,7 @@ from convmem.retrieve.calibration import (
     CALIBRATIONS,
     CROSS,
     DEFAULT_MIN_SCORE,
+    UNSCOPED,
     calibration_for,
     relevance,
 )
@@ -224,6 +225,40 @@ def test_an_english_question_about_a_chinese_chat_keeps_its_evidence_at_the_defa
         assert hit.metadata["relevance"] == round(expected, 4)
         shared = relevance(calibration_for(memory.embedding.model_id), *features, best)
         assert shared < hit.metadata["relevance"] and hit.score >= DEFAULT_MIN_SCORE
+
+
+@needs_usem
+def test_a_tenant_wide_english_question_about_a_chinese_chat_reads_the_word_bridge(
+    tmp_path: object,
+) -> None:
+    """Without a conversation to search in, a hit in the other language reads the
+    tenant-wide cross-language fit, which counts the word bridge: the fit over both
+    languages, which has none, scored "How much did East China sell?" against
+    华东区第三季度销售额 under the default and the search returned nothing."""
+    texts = [
+        "季度报告周五下午五点前要交给王经理。",
+        "好的，我会提醒您。",
+        "查询结果：华东区第三季度销售额为1280万元，同比增长12%。",
+        "收到。",
+        "今天天气真不错，出去走走。",
+        "好呀，注意防晒。",
+    ]
+    with usem_chat(tmp_path, make_turns(texts)) as memory:
+        hits = memory.search("How much did East China sell?", top_k=3)
+        assert hits and any(hit.text.endswith(texts[2]) for hit in hits)
+        hit = next(hit for hit in hits if hit.text.endswith(texts[2]))
+        evidence = hit.metadata["evidence"]
+        assert evidence["bridge"] > 0 and "absent" not in evidence
+        wide = calibration_for(memory.embedding.model_id, scoped=False, language=CROSS)
+        assert wide is UNSCOPED[("usem3", "turn", CROSS)] and wide.unknown_name_weight == 0
+        own = (0.0, 0.0, evidence["similarity"])
+        best = evidence["best_similarity"]
+        assert hit.metadata["relevance"] == round(
+            relevance(wide, *own, best=best, bridge=evidence["bridge"]), 4
+        )
+        both = relevance(calibration_for(memory.embedding.model_id, scoped=False), *own, best=best)
+        assert both < DEFAULT_MIN_SCORE <= hit.metadata["relevance"]
+        assert memory.search("What is the capital of Peru?", top_k=3) == []
 
 
 @needs_usem
