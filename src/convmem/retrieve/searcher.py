@@ -60,7 +60,7 @@ from convmem.text import (
     tokenize,
     without_recall_frame,
 )
-from convmem.text.bilingual import question_terms
+from convmem.text.bilingual import names_unsaid, question_terms
 from convmem.text.kinship import aliases
 from convmem.text.synonyms import synonyms_in
 
@@ -299,16 +299,32 @@ class HybridSearcher:
             key = (request.granularity, scope is not None)
             languages = [hit_language(language, hit.text) for hit in hits]
             hits = bridged(query, hits, languages, known)
+            same = max(
+                unknown_name(names, scope),
+                unknown_relation(kin, scope),
+                general_question(query, terms, scope),
+            )
+            unknown: float | list[float] = same
+            if scope is not None and CROSS in languages:
+                # hits in the other language: an English question's names read as pinyin
+                # in the candidates' Chinese texts; of a Chinese question's names only the
+                # Latin ones (no English line holds 林峰 or 表姐), and whether it asks
+                # general knowledge (怎么做番茄炒蛋: no English line holds its words either)
+                other = (
+                    names_unsaid(question_terms(query), [row[1] for row in rows.values()])
+                    if language == "en"
+                    else max(
+                        unknown_name([name for name in names if name.isascii()], scope),
+                        general_question(query, terms, scope),
+                    )
+                )
+                unknown = [other if fit == CROSS else same for fit in languages]
             hits = calibrate(
                 hits,
                 [self.calibrations[(*key, fit)] for fit in languages],
                 request.min_score,
                 absent=absent_share(terms, scope),
-                unknown=max(
-                    unknown_name(names, scope),
-                    unknown_relation(kin, scope),
-                    general_question(query, terms, scope),
-                ),
+                unknown=unknown,
                 typical=self._typical(query, language, vector if mode != "lexical" else None),
             )
         self.latency.observe(time.perf_counter() - began)

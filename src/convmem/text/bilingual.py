@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from convmem.text.clean import is_mostly_cjk
 from convmem.text.segment import KEYWORD_FILLER, tokenize, words
 
-__all__ = ["Lexicon", "available", "bridge", "lexicon", "question_terms"]
+__all__ = ["Lexicon", "available", "bridge", "lexicon", "names_unsaid", "question_terms"]
 
 # how many senses of an entry, and how many Chinese candidates of an English word, count
 SENSES = 3
@@ -74,6 +74,7 @@ class Lexicon:
     english: dict[str, tuple[str, ...]] = field(default_factory=dict)
     chinese: dict[str, tuple[str, ...]] = field(default_factory=dict)
     pinyin: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _syllable_set: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def parse(cls, lines: Iterable[str], frequency: dict[str, int]) -> Lexicon:
@@ -171,6 +172,46 @@ class Lexicon:
                         out.add("".join(combo))
         return out
 
+    def spellings(self, key: str, least: int = 2) -> list[tuple[str, ...]]:
+        """The ways a name's pinyin key (its syllables joined: hexin, xiaowen) splits into
+        ``least`` to three syllables some character reads as (he-xin; xiao-wen), at most
+        four."""
+        syllables = self._syllables()
+        found: list[tuple[str, ...]] = []
+
+        def split(rest: str, taken: tuple[str, ...]) -> None:
+            if len(found) == 4 or len(taken) > 3:
+                return
+            if not rest:
+                if len(taken) >= least:
+                    found.append(taken)
+                return
+            for end in range(min(len(rest), 6), 0, -1):
+                if rest[:end] in syllables:
+                    split(rest[end:], (*taken, rest[:end]))
+
+        split(key, ())
+        return found
+
+    def reads_as(self, text: str, syllables: Sequence[str]) -> bool:
+        """Whether some characters of ``text`` in a row read as ``syllables`` (何欣 as
+        he-xin): the check of :meth:`name_readings` for one name, without listing every
+        reading of the text."""
+        width = len(syllables)
+        for run in _CJK.findall(text):
+            for start in range(len(run) - width + 1):
+                if all(
+                    syllable in self.pinyin.get(char, ())
+                    for char, syllable in zip(run[start : start + width], syllables, strict=True)
+                ):
+                    return True
+        return False
+
+    def _syllables(self) -> frozenset[str]:
+        if self._syllable_set is None:
+            self._syllable_set = frozenset(s for found in self.pinyin.values() for s in found)
+        return self._syllable_set
+
 
 def _phrase_head(phrase: str) -> str | None:
     """The head noun of a two-word gloss (cell phone: phone) or of "X of Y" (quarter of a
@@ -237,6 +278,8 @@ class QuestionTerms:
     # each name's Chinese words in the dictionary, where it has them (Tokyo: 东京, East
     # China: 华东): a name an English speaker does not spell in pinyin
     name_chinese: tuple[frozenset[str], ...] = ()
+    # each name's words (manager, wang): a title and a surname are read one by one
+    name_parts: tuple[tuple[str, ...], ...] = ()
 
     @property
     def count(self) -> int:
@@ -265,11 +308,15 @@ def question_terms(question: str) -> QuestionTerms:
                 english.append(stems)
                 translation.extend(head for head in heads if not word.isascii())
         return QuestionTerms((), tuple(english), (), tuple(dict.fromkeys(translation)))
-    runs = [
-        match.group()
-        for match in _NAME_RUN.finditer(question)
-        if question[: match.start()].strip() and question[: match.start()].rstrip()[-1] not in ".!?"
-    ]  # a capital opening the sentence is no name
+    runs = []
+    for match in _NAME_RUN.finditer(question):
+        run, before = match.group(), question[: match.start()].rstrip()
+        if not before or before[-1] in ".!?":
+            # a capital opening the sentence is no name, the words after it may be
+            # ("Did Wang ask ...": Wang)
+            run = re.sub(r"^[A-Z][a-z]+[ -]?", "", run)
+        if run:
+            runs.append(run)
     keyed: dict[str, list[str]] = {}  # pinyin key -> the name's words
     for run in runs:
         keyed.setdefault(re.sub(r"[ -]", "", run).lower(), re.split(r"[ -]", run.lower()))
@@ -280,7 +327,40 @@ def question_terms(question: str) -> QuestionTerms:
         if word not in name_words and (candidates := found.chinese_of(word))
     )
     spelled = tuple(frozenset(found.chinese_of(" ".join(parts))) for parts in keyed.values())
-    return QuestionTerms(chinese, (), tuple(keyed), name_chinese=spelled)
+    return QuestionTerms(
+        chinese,
+        (),
+        tuple(keyed),
+        name_chinese=spelled,
+        name_parts=tuple(tuple(parts) for parts in keyed.values()),
+    )
+
+
+def names_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> float:
+    """1.0 when one of an English question's names (:func:`question_terms`) is said in
+    none of ``texts`` (Chinese lines: characters that read as its pinyin, or its Chinese in
+    the dictionary: Tokyo, 东京); 0.0 otherwise, and for a question without names. What
+    ``unknown_name`` is for a question's names in its own language: "When is Lin Feng's
+    birthday?" of a chat that never mentions 林峰."""
+    found = lexicon()
+    if found is None or not terms.names:
+        return 0.0
+    spelled = terms.name_chinese or ((),) * len(terms.names)
+    parts_of = terms.name_parts or tuple((name,) for name in terms.names)
+    latin = [re.sub(r"[^a-z0-9]", "", text.lower()) for text in texts]
+    for name, chinese, parts in zip(terms.names, spelled, parts_of, strict=True):
+        # a one-syllable name (Wang) reads as one character, loosely
+        splits = found.spellings(name) or found.spellings(name, least=1)
+        if len(parts) > 1:  # Manager Wang: 王 in 王经理 (a single syllable reads loosely)
+            splits += [split for part in parts for split in found.spellings(part, least=1)]
+        if not any(
+            name in written  # written as it is (Jonas, DJI)
+            or any(option in text for option in chinese)
+            or any(found.reads_as(text, syllables) for syllables in splits)
+            for text, written in zip(texts, latin, strict=True)
+        ):
+            return 1.0
+    return 0.0
 
 
 def bridge(terms: QuestionTerms, text: str, tokens: Sequence[str] | None = None) -> float:
