@@ -74,7 +74,7 @@ class Lexicon:
     english: dict[str, tuple[str, ...]] = field(default_factory=dict)
     chinese: dict[str, tuple[str, ...]] = field(default_factory=dict)
     pinyin: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    _syllable_set: frozenset[str] | None = field(default=None, repr=False, compare=False)
+    _reader_index: dict[str, frozenset[str]] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def parse(cls, lines: Iterable[str], frequency: dict[str, int]) -> Lexicon:
@@ -197,20 +197,28 @@ class Lexicon:
         """Whether some characters of ``text`` in a row read as ``syllables`` (何欣 as
         he-xin): the check of :meth:`name_readings` for one name, without listing every
         reading of the text."""
-        width = len(syllables)
-        for run in _CJK.findall(text):
-            for start in range(len(run) - width + 1):
-                if all(
-                    syllable in self.pinyin.get(char, ())
-                    for char, syllable in zip(run[start : start + width], syllables, strict=True)
-                ):
-                    return True
+        readers = self._readers()
+        first, rest = readers.get(syllables[0], frozenset()), syllables[1:]
+        for start, char in enumerate(text):
+            if char in first and all(
+                text[start + 1 + i : start + 2 + i] in readers.get(syllable, ())
+                for i, syllable in enumerate(rest)
+            ):
+                return True
         return False
 
     def _syllables(self) -> frozenset[str]:
-        if self._syllable_set is None:
-            self._syllable_set = frozenset(s for found in self.pinyin.values() for s in found)
-        return self._syllable_set
+        return frozenset(self._readers())
+
+    def _readers(self) -> dict[str, frozenset[str]]:
+        """Each toneless syllable's characters (the reverse of ``pinyin``), built once."""
+        if self._reader_index is None:
+            index: dict[str, set[str]] = {}
+            for char, found in self.pinyin.items():
+                for syllable in found:
+                    index.setdefault(syllable, set()).add(char)
+            self._reader_index = {key: frozenset(chars) for key, chars in index.items()}
+        return self._reader_index
 
 
 def _phrase_head(phrase: str) -> str | None:
