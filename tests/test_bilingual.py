@@ -124,6 +124,12 @@ def test_the_bridge_is_the_share_of_the_questions_words_a_line_says_in_its_langu
     assert bridge(terms, "工具: 查询结果：华东区第三季度销售额为1280万元") == pytest.approx(2 / 3)
     assert bridge(terms, "用户: 我们团队决定下季度主推新款智能手表") == 0.0
     assert bridge(question_terms("When am I going to Tokyo?"), "我下个月要去东京出差") > 0
+    # a single character counts where the line says it on its own, not inside a word the
+    # dictionary gives another meaning (日 "sun" in 生日 "birthday", 光 "light" in 阳光)
+    assert bridge(question_terms("Is the sun out?"), "用户: 帮我写一句生日祝福") == 0.0
+    assert bridge(question_terms("Is the light on?"), "用户: 今天阳光很好") == 0.0
+    assert bridge(question_terms("What's my cat's name?"), "用户: 我家猫叫可乐") == 0.5
+    assert bridge(question_terms("How much money did I lend?"), "我借给王磊五百块钱") > 0
 
 
 @needs_cedict

@@ -344,6 +344,20 @@ def question_terms(question: str) -> QuestionTerms:
     )
 
 
+def _bare(text: str, tokens: Sequence[str] | None) -> str:
+    """``text`` without its words of two or more characters that the dictionary gives a
+    meaning of their own (生日 "birthday", 阳光 "sunlight", 周末 "weekend"): where a single
+    character of a question's word is still said on its own (猫 in 我家猫叫可乐, 钱 in 块钱),
+    not inside a word that means something else (日 "sun" in 生日)."""
+    found = lexicon()
+    if found is None:
+        return text
+    for word in sorted(set(words(text) if tokens is None else tokens), key=len, reverse=True):
+        if len(word) > 1 and word in found.chinese:
+            text = text.replace(word, " ")
+    return text
+
+
 def names_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> float:
     """1.0 when one of an English question's names (:func:`question_terms`) is said in
     none of ``texts`` (Chinese lines: characters that read as its pinyin, or its Chinese in
@@ -378,7 +392,14 @@ def bridge(terms: QuestionTerms, text: str, tokens: Sequence[str] | None = None)
     tokenized here."""
     if terms.count == 0:
         return 0.0
-    hits = sum(1 for options in terms.chinese if any(option in text for option in options))
+    hits = 0
+    if terms.chinese:
+        bare = _bare(text, tokens)
+        hits = sum(
+            1
+            for options in terms.chinese
+            if any(option in (bare if len(option) == 1 else text) for option in options)
+        )
     if terms.english:
         stems = set(tokenize(text) if tokens is None else tokens)
         hits += sum(1 for options in terms.english if options & stems)
