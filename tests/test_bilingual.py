@@ -33,6 +33,7 @@ ENTRIES = """\
 華東 华东 [Hua2 dong1] /East China/
 新宿 新宿 [Xin1 su4] /Shinjuku, Tokyo/
 東京 东京 [Dong1 jing1] /Tokyo, capital of Japan/
+黃河 黄河 [Huang2 He2] /Yellow River or Huang He/
 """
 FREQUENCY = {
     "汽车": 900,
@@ -52,6 +53,7 @@ FREQUENCY = {
     "华东": 1100,
     "新宿": 30,
     "东京": 2000,
+    "黄河": 3000,
 }
 
 
@@ -77,6 +79,10 @@ def test_an_english_word_reads_its_first_senses_ranked_by_sense_and_frequency() 
     assert lexicon.chinese_of("tokyo") == ("东京",)
     assert lexicon.chinese_of("shinjuku") == ("新宿",)
     assert lexicon.english_of("东京") == ("tokyo",)
+    # a name of several words is the Chinese word's meaning as a whole, its other
+    # spelling after "or" no second name of it
+    assert lexicon.english_of("黄河") == ("yellow river",)
+    assert lexicon.chinese_of("yellow river") == ("黄河",)
     # a single character only where the word is its first sense (处 "to live" is not)
     assert lexicon.chinese_of("live") == ()
     assert lexicon.english_of("过敏") == ("allergy", "allergic", "oversensitive")
@@ -115,6 +121,10 @@ def test_the_bridge_is_the_share_of_the_questions_words_a_line_says_in_its_langu
     terms = question_terms("Melanie画日出是什么时候？")
     assert bridge(terms, "Melanie: I painted that lake sunrise last year!") == 1.0
     assert bridge(terms, "Caroline: I went to a support group.") == 0.0
+    # a name of several words counts when the line says all of them
+    terms = question_terms("黄河有多长？")
+    assert bridge(terms, "Caroline: We walked along the Yellow River.") > 0
+    assert bridge(terms, "Caroline: a photo of a blue and a yellow board") == 0.0
     # a sentence's opening capital is no name
     assert question_terms("Where do I live?").names == ()
     # a name an English speaker does not spell in pinyin is found by its dictionary words

@@ -98,7 +98,8 @@ class Lexicon:
             senses = [g for g in glosses.split("/") if g and not g.lower().startswith(_SKIP)]
             for rank, sense in enumerate(senses[:SENSES]):
                 named = False  # the sense is a name: Tokyo, East China, Hong Kong
-                for gloss in re.split(r"[;,]", _PARENS.sub("", sense)):
+                # a name's other spelling follows an "or" (Yellow River or Huang He)
+                for gloss in re.split(r"[;,]|\s+or\s+(?=[A-Z])", _PARENS.sub("", sense)):
                     gloss = gloss.strip()
                     proper = gloss[:1].isupper()
                     if proper and named:
@@ -106,7 +107,12 @@ class Lexicon:
                     named = named or proper
                     gloss = gloss.lower()
                     phrase = re.sub(r"^(to|a|an|the) ", "", gloss)
-                    if _ENGLISH_WORD.fullmatch(phrase) and phrase not in heads:
+                    if phrase not in heads and (
+                        _ENGLISH_WORD.fullmatch(phrase)
+                        # a name of several words is the word's meaning as a whole
+                        # (黄河: yellow river), not each of its words
+                        or (proper and _NAME_PHRASE.fullmatch(phrase))
+                    ):
                         heads.append(phrase)
                     # the head noun of a noun phrase (cell phone, quarter of a year) names
                     # the Chinese word too, a sense lower; it is no English head word of it
@@ -278,7 +284,7 @@ class QuestionTerms:
     in a line (Chinese substrings, English stems), and its names' pinyin keys."""
 
     chinese: tuple[frozenset[str], ...]
-    english: tuple[frozenset[str], ...]
+    english: tuple[tuple[frozenset[str], ...], ...]
     names: tuple[str, ...]
     # a Chinese question's Chinese words in English, as words: what a lexical search of
     # English memory reads (画 日出 -> draw paint picture sunrise)
@@ -307,13 +313,14 @@ def question_terms(question: str) -> QuestionTerms:
         if not word.isdigit() and word not in KEYWORD_FILLER
     ][:TERMS]
     if is_mostly_cjk(question):
-        english: list[frozenset[str]] = []
+        english: list[tuple[frozenset[str], ...]] = []
         translation: list[str] = []
         for word in content:
             heads = [word] if word.isascii() else found.english_of(word)
-            stems = frozenset(stem for head in heads for stem in tokenize(head))
-            if stems:
-                english.append(stems)
+            # each head's stems, all of which a line says (yellow river: both words)
+            options = tuple(stems for head in heads if (stems := frozenset(tokenize(head))))
+            if options:
+                english.append(options)
                 translation.extend(head for head in heads if not word.isascii())
         return QuestionTerms((), tuple(english), (), tuple(dict.fromkeys(translation)))
     runs = []
@@ -402,7 +409,7 @@ def bridge(terms: QuestionTerms, text: str, tokens: Sequence[str] | None = None)
         )
     if terms.english:
         stems = set(tokenize(text) if tokens is None else tokens)
-        hits += sum(1 for options in terms.english if options & stems)
+        hits += sum(1 for options in terms.english if any(option <= stems for option in options))
     if terms.names:
         found = lexicon()
         readings = set().union(*(found.name_readings(text, w) for w in (2, 3))) if found else set()
