@@ -163,6 +163,11 @@ def test_an_english_questions_name_is_unsaid_where_no_chinese_line_reads_as_it()
     for question in ["When is He Xin's birthday?", "How long will I stay in Paris?"]:
         assert names_unsaid(question_terms(question), lines) == 1.0, question
     assert names_unsaid(question_terms("What did Jonas cook?"), ["WG的Jonas又在厨房开party"]) == 0
+    # a month is said in digits as often as in words; a weekday by the dictionary's words
+    assert names_unsaid(question_terms("Where did I go in March?"), ["3月我去了成都"]) == 0.0
+    assert names_unsaid(question_terms("Where did I go in March?"), ["13月"]) == 1.0
+    assert names_unsaid(question_terms("What do I do on Thursdays?"), ["每周四游泳"]) == 0.0
+    assert names_unsaid(question_terms("What do I do on Thursdays?"), ["每周三游泳"]) == 1.0
     # no name, nothing unsaid
     assert names_unsaid(question_terms("Where do I live?"), lines) == 0.0
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from convmem.text.clean import is_mostly_cjk
+from convmem.text.dates import MONTHS
 from convmem.text.segment import KEYWORD_FILLER, tokenize, words
 
 __all__ = ["Lexicon", "available", "bridge", "lexicon", "names_unsaid", "question_terms"]
@@ -49,6 +50,10 @@ _NAME_RUN = re.compile(r"[A-Z][a-z]+(?:[ -]?[A-Z][a-z]+)*")
 _OF_PHRASE = re.compile(r"([a-z][a-z'-]*) of [a-z' -]+")
 # a name the dictionary gives in several words (east china, hong kong, new york)
 _NAME_PHRASE = re.compile(r"[a-z][a-z'-]*(?: [a-z][a-z'-]*){1,2}")
+# a month's number by its English name (march, mar: 3)
+_MONTH_NUMBER = {
+    key: number for number, month in enumerate(MONTHS, start=1) for key in (month, month[:3])
+}
 # how much less common a Chinese word may be than another to rank before it as an English
 # word's translation, for each sense earlier it gives the word in. Held-out facts asked in
 # English lost .127 of their evidence at the default min_score with the old order (sense,
@@ -378,6 +383,9 @@ def names_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> float:
     parts_of = terms.name_parts or tuple((name,) for name in terms.names)
     latin = [re.sub(r"[^a-z0-9]", "", text.lower()) for text in texts]
     for name, chinese, parts in zip(terms.names, spelled, parts_of, strict=True):
+        month = _MONTH_NUMBER.get(name)
+        # a month is said in digits as often as in words (3月, not 13月)
+        digits = re.compile(rf"(?<![0-9]){month}月") if month is not None else None
         # a one-syllable name (Wang) reads as one character, loosely
         splits = found.spellings(name) or found.spellings(name, least=1)
         if len(parts) > 1:  # Manager Wang: 王 in 王经理 (a single syllable reads loosely)
@@ -385,6 +393,7 @@ def names_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> float:
         if not any(
             name in written  # written as it is (Jonas, DJI)
             or any(option in text for option in chinese)
+            or (digits is not None and digits.search(text) is not None)
             or any(found.reads_as(text, syllables) for syllables in splits)
             for text, written in zip(texts, latin, strict=True)
         ):
