@@ -26,7 +26,7 @@ import itertools
 import math
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from convmem.text.clean import is_mostly_cjk
@@ -218,8 +218,8 @@ class Lexicon:
                 return True
         return False
 
-    def _syllables(self) -> frozenset[str]:
-        return frozenset(self._readers())
+    def _syllables(self) -> Collection[str]:
+        return self._readers().keys()
 
     def _readers(self) -> dict[str, frozenset[str]]:
         """Each toneless syllable's characters (the reverse of ``pinyin``), built once."""
@@ -286,7 +286,8 @@ def available() -> bool:
 @dataclass(frozen=True)
 class QuestionTerms:
     """A question's looked-up words: each a set of alternatives of which one must occur
-    in a line (Chinese substrings, English stems), and its names' pinyin keys."""
+    in a line (Chinese substrings; for English, the stems of a head word, all of which
+    the line must say), and its names' pinyin keys."""
 
     chinese: tuple[frozenset[str], ...]
     english: tuple[tuple[frozenset[str], ...], ...]
