@@ -7,6 +7,7 @@ import importlib.util
 import pytest
 
 from convmem import Memory
+from convmem.retrieve.calibration import general_question_english
 from convmem.text import bilingual
 from convmem.text.bilingual import Lexicon, bridge, names_unsaid, question_terms
 from helpers import make_turns, spy
@@ -170,6 +171,25 @@ def test_an_english_questions_name_is_unsaid_where_no_chinese_line_reads_as_it()
     assert names_unsaid(question_terms("What do I do on Thursdays?"), ["每周三游泳"]) == 1.0
     # no name, nothing unsaid
     assert names_unsaid(question_terms("Where do I live?"), lines) == 0.0
+
+
+@needs_cedict
+def test_an_english_general_question_of_a_chinese_chat_is_marked_where_no_line_says_its_words() -> (
+    None
+):
+    """The English shape of the Chinese general question (how do I, what is, why), nothing
+    said of anyone past its opening, no name, and none of its words in the candidates'
+    lines; a question whose words a line says is memory."""
+    lines = ["用户: 小区门禁密码是1234", "用户: 最近好多人感冒", "用户: 今天天气真不错"]
+    for question in ("What is photosynthesis?", "How do I bake sourdough bread?"):
+        assert general_question_english(question, lines) == 1.0, question
+    for question in (
+        "What's the wifi password?",  # 密码 is said
+        "How do I get to my office?",  # mine
+        "What is Lin Feng's job?",  # a name
+        "Where do I live?",  # not the shape
+    ):
+        assert general_question_english(question, lines) == 0.0, question
 
 
 def test_without_the_dictionary_every_bridge_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:

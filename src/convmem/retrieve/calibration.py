@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from convmem.models import Hit
 from convmem.text import chinese_names, is_mostly_cjk, keywords, tokenize, words
-from convmem.text.bilingual import bridge, question_terms
+from convmem.text.bilingual import bridge, question_terms, topic_unsaid
 from convmem.text.dates import MONTHS
 from convmem.text.kinship import FAMILY, RELATIONS, relations, spellings
 
@@ -41,6 +41,7 @@ __all__ = [
     "calibration_for",
     "evidence_relevance",
     "general_question",
+    "general_question_english",
     "hit_language",
     "name_terms",
     "names",
@@ -475,6 +476,35 @@ _PERSONAL = re.compile(
     r"|上次|上回|之前|那时|当时|后来|[A-Za-z]"
 )
 _KIN = RELATIONS | FAMILY
+
+
+# An English question that asks how to do something or what something is, the shape of
+# _HOW_OR_WHAT in English (怎么/如何: how do I, how to; 为什么: why; 什么是: what is;
+# 是什么意思: what does ... mean) ...
+_HOW_OR_WHAT_EN = re.compile(
+    r"^(?:how (?:do|can|could|should|would) (?:i|you|one|we)\b|how (?:does|to)\b|why\b"
+    r"|what (?:is|are)\b|what's\b"
+    r"|what does .+ mean\b)",
+    re.IGNORECASE,
+)
+# ... and says nothing of anyone (past the opening "How do I")
+_PERSONAL_EN = re.compile(r"\b(?:i|me|my|mine|we|us|our|ours|you|your|yours)\b", re.IGNORECASE)
+
+
+def general_question_english(query: str, texts: Sequence[str]) -> float:
+    """1.0 for an English question of general knowledge asked of memory in Chinese: the
+    shape of :func:`general_question` in English (How do I bake bread? What is
+    photosynthesis?), nothing said of anyone past its opening and no name, and none of its
+    words said in ``texts`` (the candidates' lines:
+    :func:`~convmem.text.bilingual.topic_unsaid`). "What's the wifi password?" of a chat
+    that gave it says 密码, so it is memory. 0.0 otherwise."""
+    opening = _HOW_OR_WHAT_EN.match(query.strip())
+    if opening is None or _PERSONAL_EN.search(query.strip()[opening.end() :]):
+        return 0.0
+    terms = question_terms(query)
+    if terms.names:
+        return 0.0
+    return 1.0 if topic_unsaid(terms, texts) else 0.0
 
 
 def general_question(

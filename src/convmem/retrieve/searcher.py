@@ -35,6 +35,7 @@ from convmem.retrieve.calibration import (
     calibration_for,
     evidence_relevance,
     general_question,
+    general_question_english,
     hit_language,
     name_terms,
     question_language,
@@ -310,8 +311,12 @@ class HybridSearcher:
                 # in the candidates' Chinese texts; of a Chinese question's names only the
                 # Latin ones (no English line holds 林峰 or 表姐), and whether it asks
                 # general knowledge (怎么做番茄炒蛋: no English line holds its words either)
+                texts = [row[1] for row in rows.values()]
                 other = (
-                    names_unsaid(question_terms(query), [row[1] for row in rows.values()])
+                    max(
+                        names_unsaid(question_terms(query), texts),
+                        general_question_english(query, texts),
+                    )
                     if language == "en"
                     else max(
                         unknown_name([name for name in names if name.isascii()], scope),

@@ -33,7 +33,15 @@ from convmem.text.clean import is_mostly_cjk
 from convmem.text.dates import MONTHS
 from convmem.text.segment import KEYWORD_FILLER, tokenize, words
 
-__all__ = ["Lexicon", "available", "bridge", "lexicon", "names_unsaid", "question_terms"]
+__all__ = [
+    "Lexicon",
+    "available",
+    "bridge",
+    "lexicon",
+    "names_unsaid",
+    "question_terms",
+    "topic_unsaid",
+]
 
 # how many senses of an entry, and how many Chinese candidates of an English word, count
 SENSES = 3
@@ -400,6 +408,20 @@ def names_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> float:
         ):
             return 1.0
     return 0.0
+
+
+def topic_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> bool:
+    """Whether none of an English question's looked-up words is said in any of ``texts``
+    (a single character only on its own, as :func:`bridge` counts it); False for a
+    question with no looked-up word."""
+    if not terms.chinese:
+        return False
+    bares = [_bare(text, None) for text in texts]
+    return not any(
+        any(option in (bare if len(option) == 1 else text) for option in options)
+        for options in terms.chinese
+        for text, bare in zip(texts, bares, strict=True)
+    )
 
 
 def bridge(terms: QuestionTerms, text: str, tokens: Sequence[str] | None = None) -> float:
