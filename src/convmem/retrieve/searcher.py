@@ -300,11 +300,8 @@ class HybridSearcher:
             key = (request.granularity, scope is not None)
             languages = [hit_language(language, hit.text) for hit in hits]
             hits = bridged(query, hits, languages, known)
-            same = max(
-                unknown_name(names, scope),
-                unknown_relation(kin, scope),
-                general_question(query, terms, scope),
-            )
+            general = general_question(query, terms, scope)
+            same = max(unknown_name(names, scope), unknown_relation(kin, scope), general)
             unknown: float | list[float] = same
             if scope is not None and CROSS in languages:
                 # hits in the other language: an English question's names read as pinyin
@@ -319,8 +316,7 @@ class HybridSearcher:
                     )
                     if language == "en"
                     else max(
-                        unknown_name([name for name in names if name.isascii()], scope),
-                        general_question(query, terms, scope),
+                        unknown_name([name for name in names if name.isascii()], scope), general
                     )
                 )
                 unknown = [other if fit == CROSS else same for fit in languages]

@@ -26,11 +26,11 @@ import itertools
 import math
 import re
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from convmem.text.clean import is_mostly_cjk
-from convmem.text.dates import MONTHS
+from convmem.text.dates import MONTH_NUMBERS
 from convmem.text.segment import KEYWORD_FILLER, tokenize, words
 
 __all__ = [
@@ -58,10 +58,6 @@ _NAME_RUN = re.compile(r"[A-Z][a-z]+(?:[ -]?[A-Z][a-z]+)*")
 _OF_PHRASE = re.compile(r"([a-z][a-z'-]*) of [a-z' -]+")
 # a name the dictionary gives in several words (east china, hong kong, new york)
 _NAME_PHRASE = re.compile(r"[a-z][a-z'-]*(?: [a-z][a-z'-]*){1,2}")
-# a month's number by its English name (march, mar: 3)
-_MONTH_NUMBER = {
-    key: number for number, month in enumerate(MONTHS, start=1) for key in (month, month[:3])
-}
 # how much less common a Chinese word may be than another to rank before it as an English
 # word's translation, for each sense earlier it gives the word in. Held-out facts asked in
 # English lost .127 of their evidence at the default min_score with the old order (sense,
@@ -195,7 +191,7 @@ class Lexicon:
         """The ways a name's pinyin key (its syllables joined: hexin, xiaowen) splits into
         ``least`` to three syllables some character reads as (he-xin; xiao-wen), at most
         four."""
-        syllables = self._syllables()
+        syllables = self._readers()  # every syllable some character reads as
         found: list[tuple[str, ...]] = []
 
         def split(rest: str, taken: tuple[str, ...]) -> None:
@@ -225,9 +221,6 @@ class Lexicon:
             ):
                 return True
         return False
-
-    def _syllables(self) -> Collection[str]:
-        return self._readers().keys()
 
     def _readers(self) -> dict[str, frozenset[str]]:
         """Each toneless syllable's characters (the reverse of ``pinyin``), built once."""
@@ -379,6 +372,12 @@ def _bare(text: str, tokens: Sequence[str] | None) -> str:
     return text
 
 
+def _says(options: frozenset[str], text: str, bare: str) -> bool:
+    """Whether ``text`` says one of a word's Chinese ``options``: a single character only
+    in ``bare`` (:func:`_bare` of the text), on its own."""
+    return any(option in (bare if len(option) == 1 else text) for option in options)
+
+
 def names_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> float:
     """1.0 when one of an English question's names (:func:`question_terms`) is said in
     none of ``texts`` (Chinese lines: characters that read as its pinyin, or its Chinese in
@@ -388,11 +387,10 @@ def names_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> float:
     found = lexicon()
     if found is None or not terms.names:
         return 0.0
-    spelled = terms.name_chinese or ((),) * len(terms.names)
-    parts_of = terms.name_parts or tuple((name,) for name in terms.names)
     latin = [re.sub(r"[^a-z0-9]", "", text.lower()) for text in texts]
-    for name, chinese, parts in zip(terms.names, spelled, parts_of, strict=True):
-        month = _MONTH_NUMBER.get(name)
+    named = zip(terms.names, terms.name_chinese, terms.name_parts, strict=True)
+    for name, chinese, parts in named:
+        month = MONTH_NUMBERS.get(name)
         # a month is said in digits as often as in words (3月, not 13月)
         digits = re.compile(rf"(?<![0-9]){month}月") if month is not None else None
         # a one-syllable name (Wang) reads as one character, loosely
@@ -418,7 +416,7 @@ def topic_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> bool:
         return False
     bares = [_bare(text, None) for text in texts]
     return not any(
-        any(option in (bare if len(option) == 1 else text) for option in options)
+        _says(options, text, bare)
         for options in terms.chinese
         for text, bare in zip(texts, bares, strict=True)
     )
@@ -434,21 +432,16 @@ def bridge(terms: QuestionTerms, text: str, tokens: Sequence[str] | None = None)
     hits = 0
     if terms.chinese:
         bare = _bare(text, tokens)
-        hits = sum(
-            1
-            for options in terms.chinese
-            if any(option in (bare if len(option) == 1 else text) for option in options)
-        )
+        hits = sum(1 for options in terms.chinese if _says(options, text, bare))
     if terms.english:
         stems = set(tokenize(text) if tokens is None else tokens)
         hits += sum(1 for options in terms.english if any(option <= stems for option in options))
     if terms.names:
         found = lexicon()
         readings = set().union(*(found.name_readings(text, w) for w in (2, 3))) if found else set()
-        spelled = terms.name_chinese or ((),) * len(terms.names)
         hits += sum(
             1
-            for name, chinese in zip(terms.names, spelled, strict=True)
+            for name, chinese in zip(terms.names, terms.name_chinese, strict=True)
             if name in readings or any(option in text for option in chinese)
         )
     return hits / terms.count

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-__all__ = ["MONTHS", "date_span"]
+__all__ = ["MONTHS", "MONTH_NUMBERS", "date_span"]
 
 #: English month names, January first.
 MONTHS = (
@@ -31,7 +31,11 @@ MONTHS = (
     "november",
     "december",
 )
-_SHORT = {name[:3]: number for number, name in enumerate(MONTHS, start=1)} | {"sept": 9}
+#: A month's number by its English name or abbreviation (march, mar: 3; sept: 9).
+MONTH_NUMBERS = {
+    key: number for number, name in enumerate(MONTHS, start=1) for key in (name, name[:3])
+} | {"sept": 9}
+_SHORT = [key for key in MONTH_NUMBERS if key not in MONTHS]
 _MONTH = rf"({'|'.join(MONTHS)}|{'|'.join(sorted(_SHORT, key=len, reverse=True))})\.?"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"(\d{4})"
@@ -58,7 +62,7 @@ def _month(text: str) -> int:
     if text.isdigit():
         return int(text)
     name = text.lower().rstrip(".")
-    return MONTHS.index(name) + 1 if name in MONTHS else _SHORT[name]
+    return MONTH_NUMBERS[name]
 
 
 def date_span(question: str) -> tuple[float, float] | None:
