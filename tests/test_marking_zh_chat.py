@@ -146,6 +146,25 @@ def test_a_question_without_a_question_mark_is_not_information() -> None:
 
 @pytest.mark.parametrize(
     "text",
+    [
+        # chat types a space where writing puts a full stop: only the last clause asks
+        "在改英文简历 education那栏写 RWTH Aachen University, PhD in Mechanical Engineering, "
+        "2021-2026 这样ok吗",
+        "闺女说今年六月份带孩子回来 待一个月 我跟老伴都盼着呢",
+    ],
+)
+def test_information_before_a_closing_question_clause_is_kept(text: str) -> None:
+    mark = _one(text)
+    assert mark.keep, mark.reason
+
+
+@pytest.mark.parametrize("text", ["在吗 有空吗", "你说 这样写可以吗", "hello 在不在呢"])
+def test_questions_of_several_clauses_without_information_are_dropped(text: str) -> None:
+    assert not _one(text).keep
+
+
+@pytest.mark.parametrize(
+    "text",
     ["房东姓赵，电话是18621009876。", "前台座机010-62751234", "发到 lin.xiao@example.com 就行"],
 )
 def test_contact_details_are_kept_as_facts(text: str) -> None:

@@ -204,7 +204,12 @@ OPENER = _rx(
 # A question without a question mark: "今天的快递怎么还没到".
 RHETORICAL_ZH = re.compile(r"(怎么|为什么|为啥|咋)(还|又|都|就)?(没|不)")
 YOU = _rx(r"\byou\b|\byour\b|你")
-SENTENCES = re.compile(r"(?<=[.!?。！？])\s*|\n+")
+# Sentence ends, line breaks, and in Chinese chat the space that people type between
+# clauses instead of punctuation ("在改英文简历 education那栏写 RWTH ... 这样ok吗": only the
+# last clause asks): a space next to a Chinese character ends a clause.
+SENTENCES = re.compile(
+    r"(?<=[.!?。！？])\s*|\n+|(?<=[\u4e00-\u9fff])[ \t]+|[ \t]+(?=[\u4e00-\u9fff])"
+)
 PHOTO = re.compile(r"\[shares a photo:[^\]]*\]")
 _SMALL_TALK = (
     "wow cool awesome great nice amazing thanks thank really so very too just also sure",
