@@ -73,6 +73,8 @@ def test_short_or_casual_turns_with_information_are_kept(text: str) -> None:
         ("要，五点半叫我起床。", "task", "temporary", 30 * DAY),
         ("国庆节我打算回青岛看他们。", "task", "temporary", 30 * DAY),
         ("叫我小林就行。", "rule", "permanent", 0),
+        ("那家的辣炒蛤蜊是一绝。", "preference", "until_changed", 0),
+        ("他家的锅包肉必点", "preference", "until_changed", 0),
     ],
 )
 def test_preferences_rules_and_done_tasks_get_their_row(

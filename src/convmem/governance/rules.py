@@ -105,6 +105,8 @@ PREFERENCE = _rx(
     r"(喜欢|爱吃|爱喝|爱看|不喜欢|讨厌)",
     HABIT_ZH.pattern,
     r"尽量(订|选|用|买|坐|住|安排)",
+    # a verdict on a dish or a place: "那家的辣炒蛤蜊是一绝", "他家的锅包肉必点"
+    r"是一绝|(?<!不)必点|(?<![不没])(最|超级?)好(吃|喝)",
     # a standing instruction: "快递放门口就行，不用打电话"
     r"[\u4e00-\u9fff]{2,12}就(行|好|可以)了?[，,。\s]*(不用|不要|不必|别)",
     r"\bi (really |do |don't |do not |much )?(like|love|prefer|hate|enjoy|dislike|can't stand)\b",
