@@ -7,9 +7,9 @@ import importlib.util
 import pytest
 
 from convmem import Memory
-from convmem.retrieve.calibration import general_question_english
+from convmem.retrieve.calibration import general_question_english, general_question_of_english
 from convmem.text import bilingual
-from convmem.text.bilingual import Lexicon, bridge, names_unsaid, question_terms
+from convmem.text.bilingual import Lexicon, bridge, names_unsaid, question_terms, topic_unsaid
 from helpers import make_turns, spy
 
 # CC-CEDICT's line format: traditional simplified [pinyin] /sense/sense/
@@ -190,6 +190,35 @@ def test_an_english_general_question_of_a_chinese_chat_is_marked_where_no_line_s
         "Where do I live?",  # not the shape
     ):
         assert general_question_english(question, lines) == 0.0, question
+
+
+@needs_cedict
+def test_a_chinese_general_question_of_an_english_chat_is_marked_where_no_line_says_its_words() -> (
+    None
+):
+    """A Chinese question that says nothing of anyone, asked of English lines that say
+    none of its most specific words in English, is general knowledge, whatever its shape;
+    a question whose words a line says, or that speaks of someone, is memory."""
+    lines = [
+        "Caroline: I painted a sunrise at the lake last week.",
+        "Melanie: We went camping with the kids, they loved the tent.",
+    ]
+    assert topic_unsaid(question_terms("珠穆朗玛峰 海拔"), lines)
+    assert not topic_unsaid(question_terms("日出 湖"), lines)  # sunrise, lake
+    for question in (
+        "电话是谁发明的？",
+        "莎士比亚的四大悲剧是哪四部？",
+        "护照快过期了，提前多久可以换发",
+    ):
+        assert general_question_of_english(question, lines) == 1.0, question
+    for question in (
+        "日出画得怎么样",  # sunrise is said
+        "露营的时候住的什么",  # camping is said
+        "我的护照什么时候过期",  # mine
+        "Caroline画了什么",  # a Latin name
+        "他妈妈做什么工作",  # someone
+    ):
+        assert general_question_of_english(question, lines) == 0.0, question
 
 
 def test_without_the_dictionary_every_bridge_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -258,6 +258,29 @@ def test_an_english_question_naming_someone_a_chinese_chat_never_mentions_is_mar
 
 
 @needs_usem
+def test_a_chinese_general_question_of_an_english_chat_is_marked_and_finds_nothing(
+    tmp_path: object,
+) -> None:
+    """A Chinese question of general knowledge whose words no English candidate says
+    reads the unknown-name weight in every hit and returns nothing at the default; one
+    about what the chat says keeps its evidence."""
+    texts = [
+        "I painted a sunrise at the lake last week, it hangs in the hallway now.",
+        "That sounds lovely! What colours did you use?",
+        "Mostly orange and purple. We also went camping with the kids.",
+        "Camping with kids must have been fun.",
+    ]
+    with usem_chat(tmp_path, make_turns(texts)) as memory:
+        scope = {"conversation_id": "c"}
+        general = memory.search("电话是谁发明的？", top_k=3, filters=scope, min_score=0)
+        assert general and all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in general)
+        assert memory.search("电话是谁发明的？", top_k=3, filters=scope) == []
+        (known, *_) = memory.search("我画的日出挂在哪里？", top_k=3, filters=scope, min_score=0)
+        assert known.text.endswith(texts[0])
+        assert "unknown_name" not in known.metadata["evidence"]
+
+
+@needs_usem
 def test_a_tenant_wide_english_question_about_a_chinese_chat_reads_the_word_bridge(
     tmp_path: object,
 ) -> None:

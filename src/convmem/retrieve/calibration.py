@@ -42,6 +42,7 @@ __all__ = [
     "evidence_relevance",
     "general_question",
     "general_question_english",
+    "general_question_of_english",
     "hit_language",
     "name_terms",
     "names",
@@ -505,6 +506,23 @@ def general_question_english(query: str, texts: Sequence[str]) -> float:
     if terms.names:
         return 0.0
     return 1.0 if topic_unsaid(terms, texts) else 0.0
+
+
+def general_question_of_english(query: str, texts: Sequence[str]) -> float:
+    """1.0 for a Chinese question asked of memory in English that says nothing of anyone
+    (no 我, 他, relation, name, Latin word or 那个) and none of whose words the candidates'
+    lines (``texts``) say in English (:func:`~convmem.text.bilingual.topic_unsaid`: 珠穆朗玛峰
+    has no Everest in a chat about painting). The Chinese rule
+    (:func:`general_question`) also asks for its "how / what is" shape, since its
+    question words are looked up in the chat's own language, where a paraphrase can hide;
+    across languages the dictionary's heads already stand for the paraphrases. 0.0
+    otherwise."""
+    if not is_mostly_cjk(query) or _PERSONAL.search(query):
+        return 0.0
+    if any(word in query for word in _KIN) or chinese_names(query):
+        return 0.0
+    specific = " ".join(keywords(words(query), limit=SPECIFIC_WORDS))
+    return 1.0 if specific and topic_unsaid(question_terms(specific), texts) else 0.0
 
 
 def general_question(

@@ -36,6 +36,7 @@ from convmem.retrieve.calibration import (
     evidence_relevance,
     general_question,
     general_question_english,
+    general_question_of_english,
     hit_language,
     name_terms,
     question_language,
@@ -316,7 +317,9 @@ class HybridSearcher:
                     )
                     if language == "en"
                     else max(
-                        unknown_name([name for name in names if name.isascii()], scope), general
+                        unknown_name([name for name in names if name.isascii()], scope),
+                        general,
+                        general_question_of_english(query, texts),
                     )
                 )
                 unknown = [other if fit == CROSS else same for fit in languages]

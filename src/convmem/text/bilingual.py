@@ -409,9 +409,18 @@ def names_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> float:
 
 
 def topic_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> bool:
-    """Whether none of an English question's looked-up words is said in any of ``texts``
-    (a single character only on its own, as :func:`bridge` counts it); False for a
-    question with no looked-up word."""
+    """Whether none of a question's looked-up words is said in any of ``texts``: an
+    English question's words in Chinese lines (a single character only on its own, as
+    :func:`bridge` counts it), a Chinese question's words in English lines (all the stems
+    of one of a word's heads); False for a question with no looked-up word."""
+    if terms.english:
+        token_sets = [set(tokenize(text)) for text in texts]
+        return not any(
+            option <= tokens
+            for options in terms.english
+            for option in options
+            for tokens in token_sets
+        )
     if not terms.chinese:
         return False
     bares = [_bare(text, None) for text in texts]
