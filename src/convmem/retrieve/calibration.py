@@ -508,18 +508,24 @@ def general_question_english(query: str, texts: Sequence[str]) -> float:
     return 1.0 if topic_unsaid(terms, texts) else 0.0
 
 
+def _of_anyone(query: str) -> bool:
+    """Whether a Chinese question says something of someone: a person (我, 他), one
+    pointed at (那个), a Latin word, a relation or a name."""
+    return bool(
+        _PERSONAL.search(query) or any(word in query for word in _KIN) or chinese_names(query)
+    )
+
+
 def general_question_of_english(query: str, texts: Sequence[str]) -> float:
     """1.0 for a Chinese question asked of memory in English that says nothing of anyone
-    (no 我, 他, relation, name, Latin word or 那个) and none of whose words the candidates'
-    lines (``texts``) say in English (:func:`~convmem.text.bilingual.topic_unsaid`: 珠穆朗玛峰
-    has no Everest in a chat about painting). The Chinese rule
+    (no 我, 他, relation, name, Latin word or 那个) and whose two most specific words no
+    candidate line (``texts``) says in English (:func:`~convmem.text.bilingual.topic_unsaid`:
+    珠穆朗玛峰 has no Everest in a chat about painting). The Chinese rule
     (:func:`general_question`) also asks for its "how / what is" shape, since its
     question words are looked up in the chat's own language, where a paraphrase can hide;
     across languages the dictionary's heads already stand for the paraphrases. 0.0
     otherwise."""
-    if not is_mostly_cjk(query) or _PERSONAL.search(query):
-        return 0.0
-    if any(word in query for word in _KIN) or chinese_names(query):
+    if not is_mostly_cjk(query) or _of_anyone(query):
         return 0.0
     specific = " ".join(keywords(words(query), limit=SPECIFIC_WORDS))
     return 1.0 if specific and topic_unsaid(question_terms(specific), texts) else 0.0
@@ -536,9 +542,7 @@ def general_question(
     property office's number says 物业, so it is memory."""
     if not terms or scope is None or scope[0] == 0 or not is_mostly_cjk(query):
         return 0.0
-    if not _HOW_OR_WHAT.search(query) or _PERSONAL.search(query):
-        return 0.0
-    if any(word in query for word in _KIN) or chinese_names(query):
+    if not _HOW_OR_WHAT.search(query) or _of_anyone(query):
         return 0.0
     counts = scope[1]
     return 1.0 if all(not counts.get(term, 0) for term in terms) else 0.0
