@@ -141,9 +141,9 @@ GENERAL_ZH_HELDOUT = [
 ]
 # {"split", "set", "answerable", "language", "evidence": [pos],
 #  "features": [(coverage, context, similarity, absent, unknown_name, best_similarity,
-#                bridge, typical)...]}
+#                bridge, typical, rarity)...]}
 Case = dict[str, Any]
-Features = tuple[float, float, float | None, float, float, float | None, float, float]
+Features = tuple[float, float, float | None, float, float, float | None, float, float, float]
 
 
 def _features(hits: list[Any]) -> list[Features]:
@@ -160,6 +160,7 @@ def _features(hits: list[Any]) -> list[Features]:
                 evidence.get("best_similarity"),
                 float(evidence.get("bridge", 0.0)),
                 float(evidence.get("typical", 0.0)),
+                float(evidence.get("rarity", 0.0)),
             )
         )
     return out
@@ -386,6 +387,7 @@ def fit(
     best: bool = True,
     cross: bool = False,
     typical: bool = False,
+    rarity: bool = False,
 ) -> tuple[float, ...]:
     """Logistic regression (Newton steps, a small ridge) of evidence hits against unrelated
     hits; without ``scoped`` the question features that need the scope's term counts
@@ -395,7 +397,8 @@ def fit(
     unknown_name. ``cross``: hits in the other language than the question's, which share
     no token with it: bias, similarity, best_similarity, bridge[, unknown_name].
     ``typical``: the question's best cosine with everyday chat (convmem.retrieve.background)
-    joins the vector fit, last."""
+    joins the vector fit; ``rarity``: the background rarity of the question's absent words
+    (absent_rarity) joins it after that, last."""
     rows: list[list[float]] = []
     labels: list[float] = []
     for case in cases:
@@ -403,7 +406,9 @@ def fit(
             continue
         picks = case["evidence"][:1] if case["answerable"] else range(len(case["features"]))
         for i in picks:
-            coverage, context, similarity, absent, unknown, top, bridge, usual = case["features"][i]
+            coverage, context, similarity, absent, unknown, top, bridge, usual, rare = case[
+                "features"
+            ][i]
             top = top if best else 0.0
             if cross:
                 if case["hit_languages"][i] == case["language"]:
@@ -417,7 +422,8 @@ def fit(
             if not lexical:
                 row += [similarity or 0.0, similarity or 0.0 if top is None else top]
             row = [*row, absent, unknown] if scoped else row
-            rows.append([*row, usual] if typical and not lexical else row)
+            row = [*row, usual] if typical and not lexical else row
+            rows.append([*row, rare] if rarity and scoped and not lexical else row)
             labels.append(1.0 if case["answerable"] else 0.0)
     x = np.asarray(rows)
     y = np.asarray(labels)
@@ -588,6 +594,12 @@ def main() -> int:
         help="also fit the weight of the question's best cosine with everyday chat "
         "(convmem.retrieve.background; every search here computes it)",
     )
+    parser.add_argument(
+        "--rarity",
+        action="store_true",
+        help="also fit the weight of the background rarity of the question's absent words "
+        "(convmem.retrieve.calibration.absent_rarity; not for --language cross)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     embedder = resolve_embedder(args.embedder)
@@ -611,7 +623,7 @@ def main() -> int:
     if not scoped:  # a tenant-wide search knows neither question feature
         for case in cases:
             case["features"] = [
-                (*features[:3], 0.0, 0.0, *features[5:]) for features in case["features"]
+                (*features[:3], 0.0, 0.0, *features[5:8], 0.0) for features in case["features"]
             ]
     current = {
         language: calibration_for(model_id, args.granularity, scoped=scoped, language=language)
@@ -651,10 +663,18 @@ def main() -> int:
         )
         anchors = CROSS_ANCHORS
     else:
+        rarity = args.rarity and scoped
         vector = fit(
-            fitted_on, lexical=False, scoped=scoped, best=not args.no_best, typical=args.typical
+            fitted_on,
+            lexical=False,
+            scoped=scoped,
+            best=not args.no_best,
+            typical=args.typical,
+            rarity=rarity,
         )
         lexical = fit(fitted_on, lexical=True, scoped=scoped)
+        # the vector fit's last weights: typical (with --typical), then rarity (--rarity)
+        extra = list(vector[7 if scoped else 5 :])
         fitted = Calibration(
             model_id,
             *vector[:4],  # type: ignore[arg-type]
@@ -662,7 +682,8 @@ def main() -> int:
             absent_weight=vector[5] if scoped else 0.0,
             unknown_name_weight=vector[6] if scoped else 0.0,
             best_weight=vector[4],
-            typical_weight=vector[-1] if args.typical else 0.0,
+            typical_weight=extra.pop(0) if args.typical else 0.0,
+            rarity_weight=extra.pop(0) if rarity else 0.0,
         )
         anchors = ANCHORS
     anchoring = [case for case in cases if case["set"] in anchors] + chats

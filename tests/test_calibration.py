@@ -21,8 +21,10 @@ from convmem.retrieve.background import background_lines, typical_similarity
 from convmem.retrieve.calibration import (
     CALIBRATIONS,
     CROSS,
+    RARITY_SCALE,
     UNSCOPED,
     Calibration,
+    absent_rarity,
     absent_share,
     calibration_for,
     general_question,
@@ -36,7 +38,7 @@ from convmem.retrieve.calibration import (
 )
 from convmem.retrieve.searcher import TurnVectors
 from convmem.server import ServerSettings, create_app
-from convmem.text import chinese_names
+from convmem.text import background_idf, chinese_names
 from helpers import make_turns
 
 TRAVEL = [
@@ -225,7 +227,28 @@ def test_the_questions_most_specific_words_absent_from_the_scope_is_a_feature() 
             continue
         for similarity in (None, 0.3):
             present = relevance(calibration, 0.5, 0.5, similarity, 0.0)
-            assert relevance(calibration, 0.5, 0.5, similarity, 1.0) < present
+            # two rare words absent (their rarity: idf about 12 each, over 20)
+            assert relevance(calibration, 0.5, 0.5, similarity, 1.0, rarity=1.2) < present
+
+
+def test_an_absent_words_rarity_weighs_how_specific_it_is() -> None:
+    """``absent_rarity`` sums the background idf of the question's absent specific words:
+    a rare word the chat never says (牙套) weighs more than a common one (单位); Chinese
+    questions' fit counts a rare absent word against a hit more than a common one."""
+    scope = (8, {"瑜伽": 0, "牙套": 0, "单位": 0, "工作": 3, "老师": 3})
+    yoga = absent_rarity("我的瑜伽老师是谁", scope)
+    braces = absent_rarity("我的牙套什么时候拆", scope)
+    office = absent_rarity("我的工作单位在哪", scope)  # 工作 is said
+    assert braces > yoga > office > 0.0
+    assert yoga == background_idf("瑜伽") / RARITY_SCALE
+    assert absent_rarity("我的瑜伽老师是谁", (8, {"瑜伽": 2, "老师": 3})) == 0.0
+    assert absent_rarity("我的瑜伽老师是谁", None) == 0.0
+    assert absent_rarity("我的瑜伽老师是谁", (0, {})) == 0.0
+    zh = CALIBRATIONS[("usem3", "turn", "zh")]
+    assert zh.rarity_weight < 0
+    rare = relevance(zh, 0.3, 0.3, 0.4, 0.5, rarity=braces)
+    common = relevance(zh, 0.3, 0.3, 0.4, 0.5, rarity=office)
+    assert rare < common
 
 
 def test_the_questions_best_cosine_is_one_feature_of_all_its_hits(travel: Memory) -> None:

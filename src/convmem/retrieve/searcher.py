@@ -29,6 +29,7 @@ from convmem.retrieve.background import BACKGROUND_FILES, typical_similarity
 from convmem.retrieve.calibration import (
     CROSS,
     Calibration,
+    absent_rarity,
     absent_share,
     bridged,
     calibrate,
@@ -328,6 +329,7 @@ class HybridSearcher:
                 [self.calibrations[(*key, fit)] for fit in languages],
                 request.min_score,
                 absent=absent_share(terms, scope),
+                rarity=absent_rarity(query, scope),
                 unknown=unknown,
                 typical=self._typical(query, language, vector if mode != "lexical" else None),
             )

@@ -28,6 +28,7 @@ from convmem.text.cache import TextCache, cached_tokens
 __all__ = [
     "NAME_INITIALS",
     "TOKENIZER_VERSION",
+    "background_idf",
     "chinese_names",
     "fold",
     "is_place",
@@ -552,13 +553,21 @@ def _idf_table() -> tuple[dict[str, float], float]:
     return table, median
 
 
+def background_idf(word: str) -> float:
+    """How rare a word is in general text, as :func:`keywords` weighs it: jieba's IDF
+    for a Chinese word (the table's median for one it lacks), a length prior for others."""
+    table, median = _idf_table()
+    if word.isascii():
+        return median * min(1.0, len(word) / 8) + 2.0
+    return table.get(word, median)
+
+
 def keywords(tokens: list[str], *, limit: int = 3) -> list[str]:
     """Pick up to ``limit`` topic keywords from tokens by tf-idf, first occurrence breaking ties.
 
     Chinese words use jieba's IDF table; other words get a length-based prior (longer,
     rarer-looking words first). Single CJK characters and digits are never keywords.
     """
-    table, median = _idf_table()
     counts = Counter(tokens)
     first_seen: dict[str, int] = {}
     for position, token in enumerate(tokens):
@@ -567,12 +576,9 @@ def keywords(tokens: list[str], *, limit: int = 3) -> list[str]:
     for token, count in counts.items():
         if token.isdigit() or len(token) < 2 or token in KEYWORD_FILLER:
             continue
-        if token.isascii():
-            if len(token) < 3:
-                continue
-            idf = median * min(1.0, len(token) / 8) + 2.0
-        else:
-            idf = table.get(token, median)
+        if token.isascii() and len(token) < 3:
+            continue
+        idf = background_idf(token)
         scored.append((-(1.0 + math.log(count)) * idf, first_seen[token], token))
     scored.sort()
     chosen: list[str] = []
