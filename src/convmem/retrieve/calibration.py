@@ -550,7 +550,7 @@ def general_question_of_english(query: str, texts: Sequence[str]) -> float:
     otherwise."""
     if not is_mostly_cjk(query) or _of_anyone(query):
         return 0.0
-    specific = " ".join(keywords(words(query), limit=SPECIFIC_WORDS))
+    specific = " ".join(specific_words(query))
     return 1.0 if specific and topic_unsaid(question_terms(specific), texts) else 0.0
 
 
