@@ -202,9 +202,13 @@ def _stop(process: subprocess.Popen[str]) -> tuple[int, str]:
     finally:
         if process.poll() is None:
             process.kill()
-    stderr = process.stderr.read() if process.stderr else ""
-    if process.stderr:
-        process.stderr.close()
+            process.wait()
+        # closed whatever happened: a pipe left open fails a later test with a
+        # ResourceWarning when it is collected
+        stderr = process.stderr.read() if process.stderr else ""
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe:
+                pipe.close()
     return code, stderr
 
 

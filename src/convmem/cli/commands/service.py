@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
+import time
 from typing import Any
 
 from convmem.cli.common import bounded_float, bounded_int, open_memory, print_json, settings_of
@@ -23,13 +23,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 done += ran
             print_json({"jobs_done": done})
         return 0
-    stop = threading.Event()
+    # The handler only records the signal: it runs in the main thread between two bytecodes,
+    # and setting a threading.Event there could wait forever on the Event's own lock when
+    # the signal lands while the main thread holds it (inside Event.wait), a Ctrl-C that
+    # never stops the worker. The loop sleeps in short slices, which a signal interrupts.
+    stopping: list[int] = []
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, lambda signum, _frame: stopping.append(signum))
     with open_memory(args, workers=args.threads):
         print(f"convmem worker running with {args.threads} threads; Ctrl-C stops", file=sys.stderr)
-        while not stop.wait(30):
-            trim_heap()  # glibc keeps what index passes freed; give it back
+        since_trim = time.monotonic()
+        while not stopping:
+            time.sleep(0.2)
+            if time.monotonic() - since_trim >= 30:
+                trim_heap()  # glibc keeps what index passes freed; give it back
+                since_trim = time.monotonic()
     return 0
 
 
