@@ -515,20 +515,23 @@ _HOW_OR_WHAT_EN = re.compile(
 _PERSONAL_EN = re.compile(r"\b(?:i|me|my|mine|we|us|our|ours|you|your|yours)\b", re.IGNORECASE)
 
 
-def general_question_english(query: str, texts: Sequence[str]) -> float:
+def general_question_english(
+    query: str, texts: Sequence[str], tokens: Mapping[str, Sequence[str]] | None = None
+) -> float:
     """1.0 for an English question of general knowledge asked of memory in Chinese: the
     shape of :func:`general_question` in English (How do I bake bread? What is
     photosynthesis?), nothing said of anyone past its opening and no name, and none of its
     words said in ``texts`` (the candidates' lines:
     :func:`~convmem.text.bilingual.topic_unsaid`). "What's the wifi password?" of a chat
-    that gave it says 密码, so it is memory. 0.0 otherwise."""
+    that gave it says 密码, so it is memory. 0.0 otherwise. ``tokens``: the search tokens
+    the index worker stored for the texts, by text."""
     opening = _HOW_OR_WHAT_EN.match(query.strip())
     if opening is None or _PERSONAL_EN.search(query.strip()[opening.end() :]):
         return 0.0
     terms = question_terms(query)
     if terms.names:
         return 0.0
-    return 1.0 if topic_unsaid(terms, texts) else 0.0
+    return 1.0 if topic_unsaid(terms, texts, tokens) else 0.0
 
 
 def _of_anyone(query: str) -> bool:
@@ -539,7 +542,9 @@ def _of_anyone(query: str) -> bool:
     )
 
 
-def general_question_of_english(query: str, texts: Sequence[str]) -> float:
+def general_question_of_english(
+    query: str, texts: Sequence[str], tokens: Mapping[str, Sequence[str]] | None = None
+) -> float:
     """1.0 for a Chinese question asked of memory in English that says nothing of anyone
     (no 我, 他, relation, name, Latin word or 那个) and whose two most specific words no
     candidate line (``texts``) says in English (:func:`~convmem.text.bilingual.topic_unsaid`:
@@ -547,11 +552,14 @@ def general_question_of_english(query: str, texts: Sequence[str]) -> float:
     (:func:`general_question`) also asks for its "how / what is" shape, since its
     question words are looked up in the chat's own language, where a paraphrase can hide;
     across languages the dictionary's heads already stand for the paraphrases. 0.0
-    otherwise."""
-    if not is_mostly_cjk(query) or _of_anyone(query):
+    otherwise. ``tokens``: the search tokens the index worker stored for the texts, by
+    text (the names are looked for last: jieba's tagger is the slow part)."""
+    if not is_mostly_cjk(query) or _PERSONAL.search(query):
         return 0.0
     specific = " ".join(specific_words(query))
-    return 1.0 if specific and topic_unsaid(question_terms(specific), texts) else 0.0
+    if not specific or not topic_unsaid(question_terms(specific), texts, tokens):
+        return 0.0
+    return 0.0 if _of_anyone(query) else 1.0
 
 
 def general_question(

@@ -314,13 +314,13 @@ class HybridSearcher:
                 other = (
                     max(
                         names_unsaid(question_terms(query), texts),
-                        general_question_english(query, texts),
+                        general_question_english(query, texts, known),
                     )
                     if language == "en"
                     else max(
                         unknown_name([name for name in names if name.isascii()], scope),
                         general,
-                        general_question_of_english(query, texts),
+                        general_question_of_english(query, texts, known),
                     )
                 )
                 unknown = [other if fit == CROSS else same for fit in languages]

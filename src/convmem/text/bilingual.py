@@ -26,7 +26,7 @@ import itertools
 import math
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from convmem.text.clean import is_mostly_cjk
@@ -408,13 +408,18 @@ def names_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> float:
     return 0.0
 
 
-def topic_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> bool:
+def topic_unsaid(
+    terms: QuestionTerms, texts: Sequence[str], tokens: Mapping[str, Sequence[str]] | None = None
+) -> bool:
     """Whether none of a question's looked-up words is said in any of ``texts``: an
     English question's words in Chinese lines (a single character only on its own, as
     :func:`bridge` counts it), a Chinese question's words in English lines (all the stems
-    of one of a word's heads); False for a question with no looked-up word."""
+    of one of a word's heads); False for a question with no looked-up word. ``tokens``:
+    the texts' search tokens where they are at hand (stored by the index worker), by text;
+    the others are tokenized here."""
+    known = tokens or {}
     if terms.english:
-        token_sets = [set(tokenize(text)) for text in texts]
+        token_sets = [set(known.get(text) or tokenize(text)) for text in texts]
         return not any(
             option <= tokens
             for options in terms.english
@@ -423,7 +428,7 @@ def topic_unsaid(terms: QuestionTerms, texts: Sequence[str]) -> bool:
         )
     if not terms.chinese:
         return False
-    bares = [_bare(text, None) for text in texts]
+    bares = [_bare(text, known.get(text)) for text in texts]
     return not any(
         _says(options, text, bare)
         for options in terms.chinese
