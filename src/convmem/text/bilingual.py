@@ -419,12 +419,9 @@ def topic_unsaid(
     the others are tokenized here."""
     known = tokens or {}
     if terms.english:
-        token_sets = [set(known.get(text) or tokenize(text)) for text in texts]
+        said = [set(known.get(text) or tokenize(text)) for text in texts]
         return not any(
-            option <= tokens
-            for options in terms.english
-            for option in options
-            for tokens in token_sets
+            option <= line for options in terms.english for option in options for line in said
         )
     if not terms.chinese:
         return False
