@@ -34,11 +34,13 @@ from convmem.retrieve.calibration import (
     question_language,
     relevance,
     specific_terms,
+    synonym_terms,
     unknown_name,
 )
 from convmem.retrieve.searcher import TurnVectors
 from convmem.server import ServerSettings, create_app
 from convmem.text import background_idf, chinese_names
+from convmem.text.synonyms import synonym_groups
 from helpers import make_turns
 
 TRAVEL = [
@@ -249,6 +251,23 @@ def test_an_absent_words_rarity_weighs_how_specific_it_is() -> None:
     rare = relevance(zh, 0.3, 0.3, 0.4, 0.5, rarity=braces)
     common = relevance(zh, 0.3, 0.3, 0.4, 0.5, rarity=office)
     assert rare < common
+
+
+def test_a_specific_word_the_chat_says_by_a_synonym_is_not_absent() -> None:
+    """太太 of the question is said where the chat says 老婆: neither ``absent`` nor
+    ``rarity`` counts it; a synonym of several tokens (孩子他妈) is not looked up by its
+    first one (孩子, no synonym of 太太)."""
+    question = "我太太在哪个医院上班"
+    terms = specific_terms(question)
+    assert "太太" in terms
+    said_as = synonym_terms(terms, synonym_groups(question))
+    assert "老婆" in said_as["太太"] and "孩子" not in said_as["太太"]
+    scope = (8, {term: 0 for term in terms} | {"老婆": 2})
+    assert absent_share(terms, scope, said_as) < absent_share(terms, scope)
+    assert absent_rarity(question, scope, said_as) < absent_rarity(question, scope)
+    # a chat that says neither: absent as before
+    unsaid = (8, {term: 0 for term in terms})
+    assert absent_share(terms, unsaid, said_as) == absent_share(terms, unsaid)
 
 
 def test_the_questions_best_cosine_is_one_feature_of_all_its_hits(travel: Memory) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from convmem import Memory
-from convmem.text.synonyms import GROUPS, synonyms, synonyms_in
+from convmem.retrieve.evidence import Coverage, idf_table, synonym_alternatives
+from convmem.text import tokenize
+from convmem.text.synonyms import GROUPS, synonym_groups, synonyms, synonyms_in
 from helpers import make_turns
 
 
@@ -37,3 +39,49 @@ def test_a_chinese_question_finds_a_line_that_names_its_kin_in_other_words(memor
     memory.flush()
     hits = memory.search("我父母是做哪一行的？", top_k=3, filters={"conversation_id": "c"})
     assert hits and hits[0].text.endswith(texts[0])
+
+
+def test_a_question_word_keeps_its_own_synonyms() -> None:
+    groups = synonym_groups("我太太在哪上班")
+    assert "老婆" in groups["太太"] and "工作" in groups["上班"]
+    assert "老婆" not in groups["上班"]
+    assert synonym_groups("护照什么时候过期") == {}
+    # what synonyms_in gives is every group's words once
+    assert set(synonyms_in("我太太在哪上班")) == {w for ws in groups.values() for w in ws}
+
+
+def test_a_line_saying_a_synonym_covers_the_questions_word() -> None:
+    """Coverage counts a question's word held where a line says one of its synonyms, with
+    the word's own weight: one word of the question, not one of its eleven synonyms."""
+    question = "我太太在哪个医院"
+    weights = {term: 1.0 for term in tokenize(question)}
+    lines = [tokenize("我老婆在协和医院当医生"), tokenize("今天开会讨论排期")]
+    plain = Coverage(weights, idf_table(weights, lines))
+    alternatives = synonym_alternatives(synonym_groups(question))
+    grouped = Coverage(weights, idf_table(weights, lines, alternatives), alternatives)
+    assert grouped(lines[0]) > plain(lines[0]) > 0.0
+    assert grouped(lines[1]) == plain(lines[1]) == 0.0
+
+
+def test_a_chinese_questions_hit_by_a_synonym_carries_its_coverage(memory: Memory) -> None:
+    """ "我太太在哪个医院上班" of a chat that says 老婆 and 工作: the line is covered by the
+    question's own words through their synonyms, and the question's specific words are
+    not absent, so the line is found and kept at the default min_score."""
+    texts = [
+        "我老婆在协和医院儿科工作，一忙起来连饭都顾不上吃。",
+        "好的，记下了。",
+        *[f"今天第{n}次开会，讨论新项目的排期。" for n in range(10)],
+    ]
+    memory.add_turns("c", make_turns(texts))
+    memory.flush()
+    scope = {"conversation_id": "c"}
+    hits = memory.search("我太太在哪个医院上班？", top_k=3, filters=scope, min_score=0)
+    assert hits and hits[0].text.endswith(texts[0])
+    evidence = hits[0].metadata["evidence"]
+    # 太太 and 上班 are held through 老婆 and 工作, 医院 as written: most of the question's
+    # weight (counted against the eleven synonyms as words of the question, it was .10)
+    assert evidence["coverage"] > 0.25
+    # neither specific word (太太, 上班) is absent from the chat
+    assert evidence.get("absent", 0.0) == 0.0
+    kept = memory.search("我太太在哪个医院上班？", top_k=3, filters=scope)
+    assert kept and kept[0].text.endswith(texts[0])

@@ -281,29 +281,75 @@ def _asks(unit: _Unit) -> bool:
     return unit.seq is not None and _spoken(unit).rstrip().endswith(QUESTION_ENDS)
 
 
+#: A question term's other spellings: each the search tokens a text must all hold.
+Alternatives = Mapping[str, Sequence[frozenset[str]]]
+
+
+def _holds(term: str, held: set[str], alternatives: Alternatives) -> bool:
+    return term in held or any(other <= held for other in alternatives.get(term, ()))
+
+
 class Coverage:
     """The share of one question's weight that a text holds, in [0, 1], for many texts:
     its terms' weights (query weight x idf) and their total summed once, not once per
-    candidate line."""
+    candidate line. A term also counts as held where the text holds one of its
+    ``alternatives`` (:func:`synonym_alternatives`: 老婆 for 太太)."""
 
-    def __init__(self, weights: Mapping[str, float], idfs: Mapping[str, float]) -> None:
+    def __init__(
+        self,
+        weights: Mapping[str, float],
+        idfs: Mapping[str, float],
+        alternatives: Alternatives | None = None,
+    ) -> None:
         self.weighted = {term: weights[term] * idfs[term] for term in weights}
         self.total = sum(self.weighted.values())
+        self.alternatives = alternatives or {}
 
     def __call__(self, tokens: Sequence[str]) -> float:
         if self.total <= 0:
             return 0.0
         held = set(tokens)
-        return sum(value for term, value in self.weighted.items() if term in held) / self.total
+        if not self.alternatives:
+            return sum(value for term, value in self.weighted.items() if term in held) / self.total
+        return (
+            sum(
+                value
+                for term, value in self.weighted.items()
+                if _holds(term, held, self.alternatives)
+            )
+            / self.total
+        )
 
 
-def idf_table(weights: Mapping[str, float], documents: Sequence[Sequence[str]]) -> dict[str, float]:
-    """Each query term's idf over ``documents`` (the candidates)."""
+def idf_table(
+    weights: Mapping[str, float],
+    documents: Sequence[Sequence[str]],
+    alternatives: Alternatives | None = None,
+) -> dict[str, float]:
+    """Each query term's idf over ``documents`` (the candidates); a document holding one of
+    a term's ``alternatives`` counts as holding it."""
     counts = dict.fromkeys(weights, 0)
     for document in documents:
+        if alternatives:
+            held = set(document)
+            for term in counts:
+                if _holds(term, held, alternatives):
+                    counts[term] += 1
+            continue
         for term in set(document) & counts.keys():
             counts[term] += 1
     return {term: bm25.idf(len(documents), count) for term, count in counts.items()}
+
+
+def synonym_alternatives(synonyms: Mapping[str, Sequence[str]]) -> dict[str, list[frozenset[str]]]:
+    """Each search token of a question's word (its key in ``synonyms``) with the token sets
+    of the word's synonyms (:func:`~convmem.text.synonyms.synonym_groups`)."""
+    out: dict[str, list[frozenset[str]]] = {}
+    for word, others in synonyms.items():
+        spellings = [frozenset(tokenize(other)) for other in others]
+        for term in dict.fromkeys(tokenize(word)):
+            out.setdefault(term, []).extend(spelling for spelling in spellings if spelling)
+    return out
 
 
 def _features(evidence: Evidence, best: float | None = None) -> dict[str, float]:
@@ -540,6 +586,8 @@ def turn_hits(
     relevance_weight: float = RELEVANCE_WEIGHT,
     ranker: Callable[[Sequence[LineFeatures]], Iterable[float]] | None = None,
     ranker_weight: float = RANKER_WEIGHT,
+    coverage_query: str | None = None,
+    synonyms: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Hit]:
     """Turn-level hits from chunk hits (best first): at most one hit per turn.
 
@@ -550,6 +598,10 @@ def turn_hits(
     the probability that each is evidence, which then counts ``ranker_weight``.
     ``line_tokens`` holds the search tokens the index worker stored for the candidates'
     lines (:func:`~convmem.ingest.known_tokens`); other lines are tokenized here.
+    ``coverage_query``: the words a hit's coverage counts when ``query`` holds more (a Chinese
+    question's everyday synonyms: they rank, but a line saying 老婆 covers 太太 of the
+    question rather than one word of eleven); ``synonyms``: the question's words with those
+    synonyms (:func:`~convmem.text.synonyms.synonym_groups`), any of which holds the word.
     """
     units = _units(hits)
     if not units:
@@ -566,7 +618,13 @@ def turn_hits(
     lexical = bm25.rank(weights, documents)
     # coverage reads each line with its speaker label, and its whole chunk
     labelled = [tokens_of(unit.text) for unit in units]
-    covered = Coverage(weights, idf_table(weights, labelled))
+    counted = (
+        weights
+        if coverage_query is None
+        else bm25.query_weights(tokenize(coverage_query), QUERY_TERMS)
+    )
+    alternatives = synonym_alternatives(synonyms) if synonyms else None
+    covered = Coverage(counted, idf_table(counted, labelled, alternatives), alternatives)
     context = {
         hit.chunk_id: covered(tokens_of(hit.text))
         for hit in {unit.hit.chunk_id: unit.hit for unit in units}.values()

@@ -43,6 +43,7 @@ from convmem.retrieve.calibration import (
     question_language,
     relation_terms,
     specific_terms,
+    synonym_terms,
     unknown_name,
     unknown_relation,
 )
@@ -65,7 +66,7 @@ from convmem.text import (
 )
 from convmem.text.bilingual import names_unsaid, question_terms
 from convmem.text.kinship import aliases
-from convmem.text.synonyms import synonyms_in
+from convmem.text.synonyms import synonym_groups
 
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
@@ -209,8 +210,9 @@ class HybridSearcher:
             else ([], [], [])
         )
         bigrams = [bigram for spelled in kin for word in spelled for bigram in word]
-        lookup = list(dict.fromkeys([*terms, *names, *bigrams]))
         lexical_query = query
+        # what a hit's coverage counts: the question's words, not their synonyms
+        covered_query = query
         language = question_language(query)
         chinese = mode != "vector" and language == "zh"
         # a one-line Chinese question; a dialogue window keeps its own words (on MADial
@@ -219,7 +221,12 @@ class HybridSearcher:
         # the other words chat has for a Chinese question's kin, days and everyday things
         # (父母: 爸妈; 早晨: 早上): a ranking of their own for the chunk candidates, and words
         # of the turns' own BM25
-        extra = synonyms_in(query) if one_line else []
+        groups = synonym_groups(query) if one_line else {}
+        extra = list(dict.fromkeys(other for others in groups.values() for other in others))
+        # a specific word the chat says by a synonym is said (太太: 老婆)
+        said_as = synonym_terms(terms, groups) if groups else {}
+        alternates = [token for tokens in said_as.values() for token in tokens]
+        lookup = list(dict.fromkeys([*terms, *names, *bigrams, *alternates]))
         scope = None
         if mode != "vector":
             queries = [tokenize(query)]
@@ -244,6 +251,7 @@ class HybridSearcher:
             lexical_query, window, rows = self._widen(
                 request, spec, rankings, known_as, pool, width, lexical_query
             )
+            covered_query = f"{covered_query} {' '.join(known_as)}"
         # memory mostly in the other language than a Chinese question's
         english_memory = language == "zh" and bool(rows) and self._mostly_english(rows)
         if chinese and english_memory:
@@ -257,6 +265,7 @@ class HybridSearcher:
                 lexical_query, window, rows = self._widen(
                     request, spec, rankings, translation, pool, width, lexical_query
                 )
+                covered_query = f"{covered_query} {' '.join(translation)}"
         metadata = {rowid: row[2] for rowid, row in rows.items()}
         chosen = window if turns else diverse(window, metadata, request.top_k)
         hits = [
@@ -293,6 +302,7 @@ class HybridSearcher:
                 "zh" if language == "zh" and not english_memory else None,
                 stored,
                 known,
+                (covered_query, groups) if extra else None,
             )
         else:
             hits = chunk_evidence(hits, lexical_query, similarity)
@@ -328,8 +338,8 @@ class HybridSearcher:
                 hits,
                 [self.calibrations[(*key, fit)] for fit in languages],
                 request.min_score,
-                absent=absent_share(terms, scope),
-                rarity=absent_rarity(query, scope),
+                absent=absent_share(terms, scope, said_as),
+                rarity=absent_rarity(query, scope, said_as),
                 unknown=unknown,
                 typical=self._typical(query, language, vector if mode != "lexical" else None),
             )
@@ -378,10 +388,13 @@ class HybridSearcher:
         language: str | None,
         stored: dict[int, bytes],
         known: dict[str, tuple[str, ...]],
+        synonyms: tuple[str, dict[str, list[str]]] | None = None,
     ) -> list[Hit]:
         """The chunk hits as turn-level evidence (:func:`~convmem.retrieve.evidence.turn_hits`)
         for the cleaned ``query``, with the turn vectors and line tokens the worker stored
-        for them (:meth:`_stored_parts`); ``language``: the ranker's (:attr:`rankers`)."""
+        for them (:meth:`_stored_parts`); ``language``: the ranker's (:attr:`rankers`).
+        ``synonyms``: the query without the synonyms it was widened by and those synonyms
+        by word, for the hits' coverage."""
         dimension = self.embedding.dimension
         # a one-line question's turns also rank by the model's calibrated relevance and
         # its ranker (both fitted on one-line questions; a dialogue window keeps its
@@ -402,6 +415,8 @@ class HybridSearcher:
             },
             vector_weight=weight,
             line_tokens=known,
+            coverage_query=synonyms[0] if synonyms else None,
+            synonyms=synonyms[1] if synonyms else None,
         )
 
     def _query_vector(self, request: SearchRequest, spec: FilterSpec) -> np.ndarray | None:

@@ -6,8 +6,11 @@ week, times of day and everyday things in different words: written and spoken, n
 southern. :func:`synonyms` gives the other words of a word's groups. A one-line Chinese
 question's lexical search also looks for the synonyms of the words it holds
 (:func:`synonyms_in`): they rank the chunk candidates a second time, beside the question's
-own words, and join the turns' own BM25 and coverage
-(:class:`~convmem.retrieve.searcher.HybridSearcher`).
+own words, and join the turns' own BM25; a line saying a synonym covers the question's
+word (:func:`synonym_groups`, :func:`~convmem.retrieve.evidence.synonym_alternatives`), and
+the word is not absent from a chat that says it so
+(:func:`~convmem.retrieve.calibration.synonym_terms`;
+:class:`~convmem.retrieve.searcher.HybridSearcher`).
 
 The groups are hand-written, one concept each. A word may sit in several groups (爱人 is
 a spouse, 老婆 a wife). Only words of two characters or more are listed, since a single
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["GROUPS", "synonyms", "synonyms_in"]
+__all__ = ["GROUPS", "synonym_groups", "synonyms", "synonyms_in"]
 
 GROUPS: tuple[str, ...] = (
     # kin
@@ -110,8 +113,16 @@ def synonyms(word: str) -> frozenset[str]:
 def synonyms_in(text: str) -> list[str]:
     """The synonyms of every listed word ``text`` holds (found as a substring, as jieba may
     cut a question otherwise: 我早晨得服啥药 gives 得服), minus the words it holds already."""
-    found: dict[str, None] = {}
-    for word, others in _index().items():
-        if word in text:
-            found.update(dict.fromkeys(sorted(others)))
-    return [word for word in found if word not in text]
+    return list(
+        dict.fromkeys(other for others in synonym_groups(text).values() for other in others)
+    )
+
+
+def synonym_groups(text: str) -> dict[str, list[str]]:
+    """Each listed word ``text`` holds (as :func:`synonyms_in` finds them) with its
+    synonyms that ``text`` does not hold."""
+    return {
+        word: [other for other in sorted(others) if other not in text]
+        for word, others in _index().items()
+        if word in text
+    }
