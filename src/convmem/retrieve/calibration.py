@@ -25,6 +25,7 @@ from convmem.text import background_idf, chinese_names, is_mostly_cjk, keywords,
 from convmem.text.bilingual import bridge, question_terms, topic_unsaid
 from convmem.text.dates import MONTHS
 from convmem.text.kinship import FAMILY, RELATIONS, relations, spellings
+from convmem.text.synonyms import spelling
 
 if TYPE_CHECKING:
     from convmem.retrieve.evidence import Evidence
@@ -592,11 +593,11 @@ def synonym_terms(
     孩子他妈, whose first token 孩子 is no synonym)."""
     out: dict[str, list[str]] = {}
     for word, others in synonyms.items():
-        tokens = tokenize(word)
+        tokens = spelling(word)
         if not tokens or tokens[0] not in terms:
             continue
         for other in others:
-            spelled = set(tokenize(other))
+            spelled = spelling(other)
             if len(spelled) == 1:
                 out.setdefault(tokens[0], []).extend(spelled)
     return out

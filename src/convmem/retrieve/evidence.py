@@ -37,6 +37,7 @@ from convmem.text import bm25, tokenize, tokenizer_signature, word_text, words
 from convmem.text.answers import answer_kind, asks_current, changes, states
 from convmem.text.cache import TextCache, cached_tokens
 from convmem.text.dates import date_span
+from convmem.text.synonyms import spelling
 
 __all__ = [
     "ANSWER_WEIGHT",
@@ -285,10 +286,6 @@ def _asks(unit: _Unit) -> bool:
 Alternatives = Mapping[str, Sequence[frozenset[str]]]
 
 
-def _holds(term: str, held: set[str], alternatives: Alternatives) -> bool:
-    return term in held or any(other <= held for other in alternatives.get(term, ()))
-
-
 class Coverage:
     """The share of one question's weight that a text holds, in [0, 1], for many texts:
     its terms' weights (query weight x idf) and their total summed once, not once per
@@ -309,16 +306,11 @@ class Coverage:
         if self.total <= 0:
             return 0.0
         held = set(tokens)
-        if not self.alternatives:
-            return sum(value for term, value in self.weighted.items() if term in held) / self.total
-        return (
-            sum(
-                value
-                for term, value in self.weighted.items()
-                if _holds(term, held, self.alternatives)
-            )
-            / self.total
-        )
+        found = sum(value for term, value in self.weighted.items() if term in held)
+        for term, others in self.alternatives.items():
+            if term in self.weighted and term not in held and any(o <= held for o in others):
+                found += self.weighted[term]
+        return found / self.total
 
 
 def idf_table(
@@ -329,15 +321,14 @@ def idf_table(
     """Each query term's idf over ``documents`` (the candidates); a document holding one of
     a term's ``alternatives`` counts as holding it."""
     counts = dict.fromkeys(weights, 0)
+    spelled = {term: others for term, others in (alternatives or {}).items() if term in counts}
     for document in documents:
-        if alternatives:
-            held = set(document)
-            for term in counts:
-                if _holds(term, held, alternatives):
-                    counts[term] += 1
-            continue
-        for term in set(document) & counts.keys():
+        held = set(document)
+        for term in held & counts.keys():
             counts[term] += 1
+        for term, others in spelled.items():
+            if term not in held and any(other <= held for other in others):
+                counts[term] += 1
     return {term: bm25.idf(len(documents), count) for term, count in counts.items()}
 
 
@@ -346,9 +337,9 @@ def synonym_alternatives(synonyms: Mapping[str, Sequence[str]]) -> dict[str, lis
     of the word's synonyms (:func:`~convmem.text.synonyms.synonym_groups`)."""
     out: dict[str, list[frozenset[str]]] = {}
     for word, others in synonyms.items():
-        spellings = [frozenset(tokenize(other)) for other in others]
-        for term in dict.fromkeys(tokenize(word)):
-            out.setdefault(term, []).extend(spelling for spelling in spellings if spelling)
+        spellings = [frozenset(spelling(other)) for other in others]
+        for term in spelling(word):
+            out.setdefault(term, []).extend(spelled for spelled in spellings if spelled)
     return out
 
 

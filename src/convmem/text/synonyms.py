@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["GROUPS", "synonym_groups", "synonyms", "synonyms_in"]
+from convmem.text.segment import tokenize, tokenizer_signature
+
+__all__ = ["GROUPS", "spelling", "synonym_groups", "synonyms", "synonyms_in"]
 
 GROUPS: tuple[str, ...] = (
     # kin
@@ -126,3 +128,14 @@ def synonym_groups(text: str) -> dict[str, list[str]]:
         for word, others in _index().items()
         if word in text
     }
+
+
+def spelling(word: str) -> tuple[str, ...]:
+    """A word's search tokens, each once, in order (the listed words are few: cached, and
+    tokenized again under a new user dictionary)."""
+    return _spelling(word, tokenizer_signature())
+
+
+@lru_cache(maxsize=4096)
+def _spelling(word: str, signature: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(tokenize(word)))
