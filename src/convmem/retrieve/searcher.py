@@ -66,7 +66,7 @@ from convmem.text import (
 )
 from convmem.text.bilingual import names_unsaid, question_terms
 from convmem.text.kinship import aliases
-from convmem.text.synonyms import synonym_groups
+from convmem.text.synonyms import synonym_groups, synonyms_in
 
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
@@ -222,7 +222,7 @@ class HybridSearcher:
         # (父母: 爸妈; 早晨: 早上): a ranking of their own for the chunk candidates, and words
         # of the turns' own BM25
         groups = synonym_groups(query) if one_line else {}
-        extra = list(dict.fromkeys(other for others in groups.values() for other in others))
+        extra = synonyms_in(query) if groups else []
         # a specific word the chat says by a synonym is said (太太: 老婆)
         said_as = synonym_terms(terms, groups) if groups else {}
         alternates = [token for tokens in said_as.values() for token in tokens]
