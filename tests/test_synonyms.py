@@ -15,6 +15,8 @@ def test_a_word_has_the_other_words_of_each_of_its_groups() -> None:
     assert {"老伴", "老婆", "老公"} <= synonyms("爱人")
     assert "父母" not in synonyms("父母")
     assert synonyms("护照") == frozenset()
+    # a person's attributes: as a question asks (年纪, 身高) and as chat says (岁数, 个子)
+    assert "岁数" in synonyms("年纪") and "个子" in synonyms("身高")
     # no single characters: they occur inside unrelated words
     assert all(len(word) > 1 for group in GROUPS for word in group.split())
 

@@ -94,6 +94,15 @@ GROUPS: tuple[str, ...] = (
     "航班 飞机 机票",
     "座位 位子 座儿",
     "饮料 汽水 饮品",
+    # a person's attributes as questions ask them and chat says them (stop 42)
+    "爱好 兴趣 消遣 乐趣 业余",
+    "年纪 岁数 年龄",
+    "身高 个子 个头",
+    "出生 生日",
+    "职业 营生 行当 一行",
+    "生意 买卖",
+    "牌子 品牌",
+    "邻居 对门 街坊",
 )
 
 
