@@ -39,7 +39,7 @@ from convmem.retrieve.calibration import (
 )
 from convmem.retrieve.searcher import TurnVectors
 from convmem.server import ServerSettings, create_app
-from convmem.text import background_idf, chinese_names
+from convmem.text import address_names, background_idf, chinese_names
 from convmem.text.synonyms import synonym_groups
 from helpers import make_turns
 
@@ -387,6 +387,48 @@ def test_chinese_personal_names_are_names_and_common_words_are_not() -> None:
     scope = (30, {"陈静": 3, "静开": 1})
     assert unknown_name(name_terms("陈静开的是什么店？"), scope) == 0.0
     assert unknown_name(name_terms("林峰开的是什么店？"), scope) == 1.0
+
+
+def test_a_person_addressed_by_surname_is_a_name() -> None:
+    """Chat names people by surname: 老周, 周总, 王姐, 孙教授, 马老师. Each is a name of the
+    question (looked up by its first two characters); common words are not (老毛病 is one
+    word, 老公 opens with no surname, 向 before 老师 is a preposition)."""
+    assert address_names("老周什么时候回国？") == ["老周"]
+    assert address_names("周总老家是哪里的，王姐呢") == ["周总", "王姐"]
+    assert address_names("孙教授的电话是多少？") == ["孙教授"]
+    assert address_names("给张医生的红包多少，马老师呢") == ["张医生", "马老师"]
+    for text in (
+        "我的老毛病是什么",
+        "我老公在哪上班",
+        "我向老师请教过什么",
+        "他老高兴了",
+        "大哥在哪",
+    ):
+        assert address_names(text) == [], text
+    assert names("老李平时有什么消遣？") == ["老李"]
+    assert name_terms("孙教授的电话是多少？") == ["孙教"]
+    scope = (30, {"老李": 2, "孙教": 1})
+    assert unknown_name(name_terms("老李平时有什么消遣？"), scope) == 0.0
+    assert unknown_name(name_terms("老周什么时候回国？"), scope) == 1.0
+
+
+def test_a_question_about_someone_the_chat_never_names_by_surname_finds_nothing(
+    memory: Memory,
+) -> None:
+    texts = [
+        "老周下个月十五号从德国回来，我去机场接他。",
+        "好的，记下了。",
+        *[f"今天第{n}次开会，讨论新项目的排期。" for n in range(10)],
+    ]
+    memory.add_turns("c", make_turns(texts))
+    memory.flush()
+    scope = {"conversation_id": "c"}
+    found = memory.search("老周什么时候回国？", top_k=3, filters=scope)
+    assert found and found[0].text.endswith(texts[0])
+    assert memory.search("马老师什么时候回国？", top_k=3, filters=scope) == []
+    # the same line is still the closest when asked for without a threshold
+    closest = memory.search("马老师什么时候回国？", top_k=3, filters=scope, min_score=0)
+    assert closest and closest[0].metadata["evidence"]["unknown_name"] == 1.0
 
 
 def test_a_general_how_to_or_what_is_question_is_no_memory() -> None:

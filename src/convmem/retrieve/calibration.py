@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from convmem.models import Hit
-from convmem.text import background_idf, chinese_names, is_mostly_cjk, keywords, tokenize, words
+from convmem.text import (
+    address_names,
+    background_idf,
+    chinese_names,
+    is_mostly_cjk,
+    keywords,
+    tokenize,
+    words,
+)
 from convmem.text.bilingual import bridge, question_terms, topic_unsaid
 from convmem.text.dates import MONTHS
 from convmem.text.kinship import FAMILY, RELATIONS, relations, spellings
@@ -418,6 +426,7 @@ def names(query: str) -> list[str]:
             found.append(word)
     if chinese:
         found.extend(name for name in chinese_names(query) if name not in found)
+        found.extend(name for name in address_names(query) if name not in found)
     return found
 
 
@@ -541,9 +550,12 @@ def general_question_english(
 
 def _of_anyone(query: str) -> bool:
     """Whether a Chinese question says something of someone: a person (我, 他), one
-    pointed at (那个), a Latin word, a relation or a name."""
+    pointed at (那个), a Latin word, a relation or a name (林峰, 马老师)."""
     return bool(
-        _PERSONAL.search(query) or any(word in query for word in _KIN) or chinese_names(query)
+        _PERSONAL.search(query)
+        or any(word in query for word in _KIN)
+        or chinese_names(query)
+        or address_names(query)
     )
 
 

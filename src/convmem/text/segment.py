@@ -28,6 +28,7 @@ from convmem.text.cache import TextCache, cached_tokens
 __all__ = [
     "NAME_INITIALS",
     "TOKENIZER_VERSION",
+    "address_names",
     "background_idf",
     "chinese_names",
     "fold",
@@ -393,6 +394,76 @@ def chinese_names(text: str) -> list[str]:
             and word not in found
         ):
             found.append(word)
+    return found
+
+
+# How chat names a person by surname: 老周, 小王, 阿珍 (as chinese_names), 周总, 王姐, and a
+# surname before a title (孙教授, 马老师, 张医生, 陈工长).
+_TITLES = frozenset(
+    [
+        "老师",
+        "教授",
+        "医生",
+        "大夫",
+        "护士",
+        "经理",
+        "总监",
+        "主管",
+        "主任",
+        "师傅",
+        "工长",
+        "律师",
+        "老板",
+        "阿姨",
+        "叔叔",
+        "同学",
+        "校长",
+        "院长",
+        "局长",
+        "书记",
+        "科长",
+        "处长",
+        "部长",
+        "警官",
+        "教练",
+    ]
+)
+_SHORT_TITLES = frozenset("总姐哥叔婶工")
+# surnames that also open a common phrase before a title (我向老师请教, 于是)
+_PREPOSITIONS = frozenset("向于")
+
+
+def address_names(text: str) -> list[str]:
+    """The ways ``text`` addresses a person by surname, each once, in order: 老周, 阿珍 (老,
+    小 or 阿 before a common surname, one word for jieba), 周总, 王姐 (a surname before 总,
+    姐, 哥…, one word, and no common word: 高工) and 孙教授, 马老师 (a surname jieba cuts
+    alone before a title)."""
+    if not _HAS_CJK.search(text):
+        return []
+    frequency = _jieba().dt.FREQ
+    cut = _jieba().lcut(unicodedata.normalize("NFKC", text))
+    found: list[str] = []
+    for index, word in enumerate(cut):
+        name = None
+        if len(word) == 2 and word[0] in _FAMILIAR and word[1] in _SURNAMES:
+            # jieba's dictionary holds 老李, 老王 as words (from fiction): no frequency check
+            name = word
+        elif (
+            len(word) == 2
+            and word[0] in _SURNAMES
+            and word[1] in _SHORT_TITLES
+            and (frequency.get(word) or 0) < _COMMON_WORD
+        ):
+            name = word
+        elif (
+            word in _SURNAMES
+            and word not in _PREPOSITIONS
+            and index + 1 < len(cut)
+            and cut[index + 1] in _TITLES
+        ):
+            name = word + cut[index + 1]
+        if name and name not in found:
+            found.append(name)
     return found
 
 
