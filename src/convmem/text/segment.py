@@ -431,17 +431,24 @@ _TITLES = frozenset(
 _SHORT_TITLES = frozenset("总姐哥叔婶工")
 # surnames that also open a common phrase before a title (我向老师请教, 于是)
 _PREPOSITIONS = frozenset("向于")
+# A doubled character names a child or a pet (乐乐, 朵朵, 豆豆) unless it is a common word
+# (天天, 宝宝: jieba's count of a name is under this), a laugh or sigh, or a day or a year.
+_DOUBLED = re.compile(rf"([{_CJK}])\1")
+_DOUBLED_COMMON = 50
+_NOT_DOUBLED_NAMES = frozenset("哈嘿呵嘻嗯噢哦啊呀哇嗷年月日天时周")
 
 
 def address_names(text: str) -> list[str]:
     """The ways ``text`` addresses a person by surname, each once, in order: 老周, 阿珍 (老,
     小 or 阿 before a common surname, one word for jieba), 周总, 王姐 (a surname before 总,
-    姐, 哥…, one word, and no common word: 高工) and 孙教授, 马老师 (a surname jieba cuts
-    alone before a title)."""
+    姐, 哥…, one word, and no common word: 高工), 孙教授, 马老师 (a surname jieba cuts
+    alone before a title), and a doubled character as children and pets are called
+    (乐乐, 朵朵, one word for jieba; not 天天, 宝宝 or 哈哈: common words, laughs, days)."""
     if not _HAS_CJK.search(text):
         return []
     frequency = _jieba().dt.FREQ
-    cut = _jieba().lcut(unicodedata.normalize("NFKC", text))
+    text = unicodedata.normalize("NFKC", text)
+    cut = _jieba().lcut(text)
     found: list[str] = []
     for index, word in enumerate(cut):
         name = None
@@ -464,6 +471,14 @@ def address_names(text: str) -> list[str]:
             name = word + cut[index + 1]
         if name and name not in found:
             found.append(name)
+    for word in cut:
+        if (
+            _DOUBLED.fullmatch(word)
+            and word[0] not in _NOT_DOUBLED_NAMES
+            and (frequency.get(word) or 0) < _DOUBLED_COMMON
+            and word not in found
+        ):
+            found.append(word)
     return found
 
 
