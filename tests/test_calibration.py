@@ -397,12 +397,20 @@ def test_a_person_addressed_by_surname_is_a_name() -> None:
     assert address_names("周总老家是哪里的，王姐呢") == ["周总", "王姐"]
     assert address_names("孙教授的电话是多少？") == ["孙教授"]
     assert address_names("给张医生的红包多少，马老师呢") == ["张医生", "马老师"]
+    # children and pets: a doubled character, one word for jieba
+    assert address_names("乐乐读几年级几班？") == ["乐乐"]
+    assert address_names("朵朵的钢琴老师叫什么") == ["朵朵"]
     for text in (
         "我的老毛病是什么",
         "我老公在哪上班",
         "我向老师请教过什么",
         "他老高兴了",
         "大哥在哪",
+        "我天天几点起",  # common words, laughs and days are no names
+        "宝宝多大了",
+        "哈哈哈你记得吗",
+        "我妈妈住哪",
+        "我现在在哪里工作？",  # 在在 is no word
     ):
         assert address_names(text) == [], text
     assert names("老李平时有什么消遣？") == ["老李"]
