@@ -41,7 +41,7 @@ from convmem.retrieve.searcher import TurnVectors
 from convmem.server import ServerSettings, create_app
 from convmem.text import address_names, background_idf, chinese_names
 from convmem.text.synonyms import synonym_groups
-from helpers import make_turns
+from helpers import chat_of, make_turns
 
 TRAVEL = [
     "下个月我要去东京出差，大概待五天。",
@@ -423,16 +423,12 @@ def test_a_person_addressed_by_surname_is_a_name() -> None:
 def test_a_question_about_someone_the_chat_never_names_by_surname_finds_nothing(
     memory: Memory,
 ) -> None:
-    texts = [
-        "老周下个月十五号从德国回来，我去机场接他。",
-        "好的，记下了。",
-        *[f"今天第{n}次开会，讨论新项目的排期。" for n in range(10)],
-    ]
-    memory.add_turns("c", make_turns(texts))
-    memory.flush()
-    scope = {"conversation_id": "c"}
+    line = "老周下个月十五号从德国回来，我去机场接他。"
+    scope = chat_of(
+        memory, [line, "好的，记下了。"], "今天第{n}次开会，讨论新项目的排期。", count=10
+    )
     found = memory.search("老周什么时候回国？", top_k=3, filters=scope)
-    assert found and found[0].text.endswith(texts[0])
+    assert found and found[0].text.endswith(line)
     assert memory.search("马老师什么时候回国？", top_k=3, filters=scope) == []
     # the same line is still the closest when asked for without a threshold
     closest = memory.search("马老师什么时候回国？", top_k=3, filters=scope, min_score=0)

@@ -6,7 +6,7 @@ from convmem import Memory
 from convmem.retrieve.evidence import Coverage, idf_table, synonym_alternatives
 from convmem.text import tokenize
 from convmem.text.synonyms import GROUPS, synonym_groups, synonyms, synonyms_in
-from helpers import make_turns
+from helpers import chat_of, make_turns
 
 
 def test_a_word_has_the_other_words_of_each_of_its_groups() -> None:
@@ -69,16 +69,12 @@ def test_a_chinese_questions_hit_by_a_synonym_carries_its_coverage(memory: Memor
     """ "我太太在哪个医院上班" of a chat that says 老婆 and 工作: the line is covered by the
     question's own words through their synonyms, and the question's specific words are
     not absent, so the line is found and kept at the default min_score."""
-    texts = [
-        "我老婆在协和医院儿科工作，一忙起来连饭都顾不上吃。",
-        "好的，记下了。",
-        *[f"今天第{n}次开会，讨论新项目的排期。" for n in range(10)],
-    ]
-    memory.add_turns("c", make_turns(texts))
-    memory.flush()
-    scope = {"conversation_id": "c"}
+    line = "我老婆在协和医院儿科工作，一忙起来连饭都顾不上吃。"
+    scope = chat_of(
+        memory, [line, "好的，记下了。"], "今天第{n}次开会，讨论新项目的排期。", count=10
+    )
     hits = memory.search("我太太在哪个医院上班？", top_k=3, filters=scope, min_score=0)
-    assert hits and hits[0].text.endswith(texts[0])
+    assert hits and hits[0].text.endswith(line)
     evidence = hits[0].metadata["evidence"]
     # 太太 and 上班 are held through 老婆 and 工作, 医院 as written: most of the question's
     # weight (counted against the eleven synonyms as words of the question, it was .10)
@@ -86,4 +82,4 @@ def test_a_chinese_questions_hit_by_a_synonym_carries_its_coverage(memory: Memor
     # neither specific word (太太, 上班) is absent from the chat
     assert evidence.get("absent", 0.0) == 0.0
     kept = memory.search("我太太在哪个医院上班？", top_k=3, filters=scope)
-    assert kept and kept[0].text.endswith(texts[0])
+    assert kept and kept[0].text.endswith(line)
