@@ -30,6 +30,7 @@ from convmem.retrieve.calibration import (
     general_question,
     hit_language,
     name_terms,
+    name_variants,
     names,
     question_language,
     relevance,
@@ -418,6 +419,13 @@ def test_a_person_addressed_by_surname_is_a_name() -> None:
     scope = (30, {"老李": 2, "孙教": 1})
     assert unknown_name(name_terms("老李平时有什么消遣？"), scope) == 0.0
     assert unknown_name(name_terms("老周什么时候回国？"), scope) == 1.0
+    # the same person with another title: 张医生 of a chat that says 张大夫
+    doctor = name_terms("张医生的电话是多少")
+    assert doctor == ["张医"] and name_variants(doctor) == {"张医": ["张大"]}
+    said = (30, {"张大": 2})
+    assert unknown_name(doctor, said) == 1.0
+    assert unknown_name(doctor, said, name_variants(doctor)) == 0.0
+    assert name_variants(name_terms("周总老家是哪里的")) == {"周总": ["周经", "周老"]}
 
 
 def test_a_question_about_someone_the_chat_never_names_by_surname_finds_nothing(

@@ -464,13 +464,36 @@ def _search_tokens(found: Sequence[str]) -> list[str]:
     return terms
 
 
-def unknown_name(terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | None) -> float:
+# A title's first character and those of the titles chat uses for the same person
+# (张医生 / 张大夫, 周总 / 周经理 / 周老板, 王阿姨 / 王姨, 陈师傅 / 陈工)
+_TITLE_VARIANTS = {"医": "大", "大": "医", "总": "经老", "经": "总", "阿": "姨", "姨": "阿"}
+_TITLE_VARIANTS |= {"工": "师", "师": "工"}
+
+
+def name_variants(terms: Sequence[str]) -> dict[str, list[str]]:
+    """For each Chinese name key of ``terms`` (:func:`name_terms`) whose second character
+    opens a title, the keys of the same surname with the other titles chat uses for the
+    person (张医: 张大): :func:`unknown_name` counts the name as said where one is."""
+    return {
+        term: [term[0] + other for other in _TITLE_VARIANTS[term[1]]]
+        for term in terms
+        if len(term) == 2 and is_mostly_cjk(term) and term[1] in _TITLE_VARIANTS
+    }
+
+
+def unknown_name(
+    terms: Sequence[str],
+    scope: tuple[int, Mapping[str, int]] | None,
+    variants: Mapping[str, Sequence[str]] | None = None,
+) -> float:
     """The ``unknown_name`` feature: 1.0 when one of the question's names
-    (:func:`name_terms`) occurs in none of the scope's chunks; 0.0 otherwise, and without
-    scope statistics or for an empty scope."""
+    (:func:`name_terms`) occurs in none of the scope's chunks, nor one of its ``variants``
+    (:func:`name_variants`); 0.0 otherwise, and without scope statistics or for an empty
+    scope."""
     if not terms or scope is None or scope[0] == 0:
         return 0.0
-    return 1.0 if any(not scope[1].get(term, 0) for term in terms) else 0.0
+    counts = scope[1]
+    return 1.0 if any(_unsaid(term, counts, variants or {}) for term in terms) else 0.0
 
 
 def relation_terms(query: str) -> list[list[tuple[str, ...]]]:

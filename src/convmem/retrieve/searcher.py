@@ -40,6 +40,7 @@ from convmem.retrieve.calibration import (
     general_question_of_english,
     hit_language,
     name_terms,
+    name_variants,
     question_language,
     relation_terms,
     specific_terms,
@@ -226,6 +227,9 @@ class HybridSearcher:
         # a specific word the chat says by a synonym is said (太太: 老婆)
         said_as = synonym_terms(terms, groups) if groups else {}
         alternates = [token for tokens in said_as.values() for token in tokens]
+        # a person the chat names with another title (张医生: 张大夫)
+        titled = name_variants(names)
+        alternates += [key for keys in titled.values() for key in keys]
         lookup = list(dict.fromkeys([*terms, *names, *bigrams, *alternates]))
         scope = None
         if mode != "vector":
@@ -313,7 +317,7 @@ class HybridSearcher:
             languages = [hit_language(language, hit.text) for hit in hits]
             hits = bridged(query, hits, languages, known)
             general = general_question(query, terms, scope)
-            same = max(unknown_name(names, scope), unknown_relation(kin, scope), general)
+            same = max(unknown_name(names, scope, titled), unknown_relation(kin, scope), general)
             unknown: float | list[float] = same
             if scope is not None and CROSS in languages:
                 # hits in the other language: an English question's names read as pinyin
