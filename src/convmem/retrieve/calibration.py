@@ -466,8 +466,16 @@ def _search_tokens(found: Sequence[str]) -> list[str]:
 
 # A title's first character and those of the titles chat uses for the same person
 # (张医生 / 张大夫, 周总 / 周经理 / 周老板, 王阿姨 / 王姨, 陈师傅 / 陈工)
-_TITLE_VARIANTS = {"医": "大", "大": "医", "总": "经老", "经": "总", "阿": "姨", "姨": "阿"}
-_TITLE_VARIANTS |= {"工": "师", "师": "工"}
+_TITLE_VARIANTS = {
+    "医": "大",
+    "大": "医",
+    "总": "经老",
+    "经": "总",
+    "阿": "姨",
+    "姨": "阿",
+    "工": "师",
+    "师": "工",
+}
 
 
 def name_variants(terms: Sequence[str]) -> dict[str, list[str]]:

@@ -67,7 +67,7 @@ from convmem.text import (
 )
 from convmem.text.bilingual import names_unsaid, question_terms
 from convmem.text.kinship import aliases
-from convmem.text.synonyms import synonym_groups, synonyms_in
+from convmem.text.synonyms import synonym_groups, synonyms_of
 
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
@@ -166,17 +166,16 @@ class HybridSearcher:
         words: Sequence[str],
         pool: int,
         width: int,
-        lexical_query: str,
-    ) -> tuple[str, list[tuple[int, float]], dict[int, tuple[str, str, dict[str, Any]]]]:
+    ) -> tuple[list[tuple[int, float]], dict[int, tuple[str, str, dict[str, Any]]]]:
         """Add a lexical ranking of more ``words`` for the question to ``rankings``: the
-        lexical query with them (the turns' own BM25 reads them too), the fused window
-        again and its rows."""
+        fused window again and its rows (the turns' own BM25 and coverage read the words
+        too)."""
         tokens = tokenize(" ".join(words))
         ranking = self.store.lexical(request.tenant, spec, tokens, pool, secondary=True)
         rankings.append((1.0, ranking))
         window = fuse(self.fusion, rankings)[:width]
         rows = self.store.load_rows(request.tenant, [rowid for rowid, _ in window])
-        return f"{lexical_query} {' '.join(words)}", window, rows
+        return window, rows
 
     @staticmethod
     def _mostly_english(rows: dict[int, Any]) -> bool:
@@ -211,9 +210,8 @@ class HybridSearcher:
             else ([], [], [])
         )
         bigrams = [bigram for spelled in kin for word in spelled for bigram in word]
-        lexical_query = query
-        # what a hit's coverage counts: the question's words, not their synonyms
-        covered_query = query
+        # the words the search adds to the question for its ranking and the turns' coverage
+        added: list[str] = []
         language = question_language(query)
         chinese = mode != "vector" and language == "zh"
         # a one-line Chinese question; a dialogue window keeps its own words (on MADial
@@ -223,7 +221,7 @@ class HybridSearcher:
         # (父母: 爸妈; 早晨: 早上): a ranking of their own for the chunk candidates, and words
         # of the turns' own BM25
         groups = synonym_groups(query) if one_line else {}
-        extra = synonyms_in(query) if groups else []
+        extra = synonyms_of(groups)
         # a specific word the chat says by a synonym is said (太太: 老婆)
         said_as = synonym_terms(terms, groups) if groups else {}
         alternates = [token for tokens in said_as.values() for token in tokens]
@@ -236,7 +234,6 @@ class HybridSearcher:
             queries = [tokenize(query)]
             if extra:
                 queries.append(tokenize(" ".join(extra)))
-                lexical_query = f"{query} {' '.join(extra)}"
             # both rankings and the scope's counts from one read of a conversation's rows
             lexical, scope = self.store.lexical_in_scope(
                 request.tenant, spec, queries, pool, lookup
@@ -252,10 +249,8 @@ class HybridSearcher:
         if known_as:
             # the names the chat gives the people the question names by relation (我未婚夫
             # 叫顾晨: "我未婚夫多高" also looks for 顾晨一米八二), as more words
-            lexical_query, window, rows = self._widen(
-                request, spec, rankings, known_as, pool, width, lexical_query
-            )
-            covered_query = f"{covered_query} {' '.join(known_as)}"
+            window, rows = self._widen(request, spec, rankings, known_as, pool, width)
+            added += known_as
         # memory mostly in the other language than a Chinese question's
         english_memory = language == "zh" and bool(rows) and self._mostly_english(rows)
         if chinese and english_memory:
@@ -266,10 +261,11 @@ class HybridSearcher:
             # already finds the evidence: they cost top-5 hits.
             translation = question_terms(query).translation
             if translation:
-                lexical_query, window, rows = self._widen(
-                    request, spec, rankings, translation, pool, width, lexical_query
-                )
-                covered_query = f"{covered_query} {' '.join(translation)}"
+                window, rows = self._widen(request, spec, rankings, translation, pool, width)
+                added += translation
+        # what a hit's coverage counts: the question's words, not their synonyms
+        covered_query = " ".join([query, *added])
+        lexical_query = " ".join([query, *extra, *added])
         metadata = {rowid: row[2] for rowid, row in rows.items()}
         chosen = window if turns else diverse(window, metadata, request.top_k)
         hits = [

@@ -19,11 +19,12 @@ character also occurs inside unrelated words.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from convmem.text.segment import tokenize, tokenizer_signature
 
-__all__ = ["GROUPS", "spelling", "synonym_groups", "synonyms", "synonyms_in"]
+__all__ = ["GROUPS", "spelling", "synonym_groups", "synonyms", "synonyms_in", "synonyms_of"]
 
 GROUPS: tuple[str, ...] = (
     # kin
@@ -124,9 +125,12 @@ def synonyms(word: str) -> frozenset[str]:
 def synonyms_in(text: str) -> list[str]:
     """The synonyms of every listed word ``text`` holds (found as a substring, as jieba may
     cut a question otherwise: 我早晨得服啥药 gives 得服), minus the words it holds already."""
-    return list(
-        dict.fromkeys(other for others in synonym_groups(text).values() for other in others)
-    )
+    return synonyms_of(synonym_groups(text))
+
+
+def synonyms_of(groups: Mapping[str, Sequence[str]]) -> list[str]:
+    """The synonyms of :func:`synonym_groups`, each once, in order."""
+    return list(dict.fromkeys(other for others in groups.values() for other in others))
 
 
 def synonym_groups(text: str) -> dict[str, list[str]]:
