@@ -5,7 +5,7 @@ from __future__ import annotations
 from convmem import Memory
 from convmem.retrieve.evidence import Coverage, idf_table, synonym_alternatives
 from convmem.text import tokenize
-from convmem.text.synonyms import GROUPS, synonym_groups, synonyms, synonyms_in
+from convmem.text.synonyms import CATEGORIES, GROUPS, spelling, synonym_groups, synonyms, synonyms_in
 from helpers import chat_of, make_turns
 
 
@@ -83,3 +83,39 @@ def test_a_chinese_questions_hit_by_a_synonym_carries_its_coverage(memory: Memor
     assert evidence.get("absent", 0.0) == 0.0
     kept = memory.search("我太太在哪个医院上班？", top_k=3, filters=scope)
     assert kept and kept[0].text.endswith(line)
+
+
+def test_a_kind_widens_to_its_members_and_never_back() -> None:
+    """宠物 is asked, 柴犬 is said: a kind's words widen a question to the things of that
+    kind, but a thing widens to neither its kind nor the other things of it."""
+    assert {"柴犬", "狗", "猫"} <= synonyms("宠物")
+    assert {"头孢", "胰岛素"} <= synonyms("用药")
+    assert "宠物" not in synonyms("柴犬") and "猫" not in synonyms("柴犬")
+    assert synonyms("头孢") == frozenset()
+    # a kind is found in a question as written, and its members are its synonyms there
+    assert "柴犬" in synonym_groups("我养的那只小动物叫啥？")["小动物"]
+    # kinds are words of two characters or more (found as substrings of a question), and
+    # each kind is one search token or a word whose tokens are all content (毛孩子)
+    for kinds, _ in CATEGORIES:
+        assert all(len(kind) > 1 for kind in kinds.split())
+        assert all(spelling(kind) for kind in kinds.split())
+
+
+def test_a_question_that_names_a_kind_finds_the_thing_the_chat_names(memory: Memory) -> None:
+    """ "我养的宠物叫什么" of a chat that says 柴犬, never 宠物: the hashing embedder has no
+    semantics, so only the kind's members find the line; they cover the question's word,
+    and the word is not absent from the chat (its other specific word, 我养, is)."""
+    line = "救命 豆包昨晚趁我加班把沙发咬了个洞 柴犬真的是拆家"
+    scope = chat_of(
+        memory, [line, "哈哈哈，辛苦了。"], "今天第{n}次开会，讨论新项目的排期。", count=10
+    )
+    hits = memory.search("我养的宠物叫什么名字？", top_k=3, filters=scope, min_score=0)
+    assert hits and hits[0].text.endswith(line)
+    evidence = hits[0].metadata["evidence"]
+    assert evidence["coverage"] > 0.0
+    assert evidence["absent"] == 0.5  # 1.0 without the kind's members
+    # and a chat that names no animal has nothing for it
+    other = {"conversation_id": "d"}
+    memory.add_turns("d", make_turns([f"今天第{n}次开会，讨论新项目的排期。" for n in range(10)]))
+    memory.flush()
+    assert memory.search("我养的宠物叫什么名字？", top_k=3, filters=other) == []

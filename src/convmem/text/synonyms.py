@@ -106,6 +106,66 @@ GROUPS: tuple[str, ...] = (
     "邻居 对门 街坊",
 )
 
+# What a question names by its kind and chat by the thing itself: "我养的宠物叫什么" of a
+# chat that says 我家柴犬叫豆包, "我用药有什么禁忌" of 我头孢过敏. One way only: a kind's
+# words widen a question to its members, never a member to its kind or to the other
+# members (a question about a 柴犬 is not about every pet). The kinds are everyday ones
+# a person's memory holds; the members are common words, one concept each.
+CATEGORIES: tuple[tuple[str, str], ...] = (
+    (
+        "宠物 动物 小动物 毛孩子",
+        "狗 猫 狗狗 猫咪 小狗 小猫 柴犬 柯基 金毛 泰迪 哈士奇 边牧 拉布拉多 比熊 博美 萨摩耶"
+        " 法斗 雪纳瑞 布偶 英短 美短 橘猫 狸花猫 暹罗猫 仓鼠 兔子 鹦鹉 乌龟 金鱼 龙猫",
+    ),
+    (
+        "用药 药物 吃药 服药 药品",
+        "头孢 青霉素 阿莫西林 布洛芬 阿司匹林 胰岛素 二甲双胍 降压药 降糖药 他汀 感冒药"
+        " 消炎药 抗生素 止痛药 安眠药 褪黑素 维生素 钙片 鱼油 中药 激素 喷剂 眼药水",
+    ),
+    ("乐器", "钢琴 电钢琴 吉他 尤克里里 小提琴 大提琴 古筝 二胡 琵琶 笛子 长笛 萨克斯 架子鼓 口琴 手风琴 电子琴 贝斯"),
+    ("科目 学科", "语文 数学 英语 物理 化学 生物 历史 地理 政治 美术 音乐 体育 科学"),
+    (
+        "运动 体育 球类",
+        "篮球 足球 羽毛球 乒乓球 网球 排球 高尔夫 台球 游泳 跑步 夜跑 晨跑 瑜伽 普拉提 骑行"
+        " 爬山 登山 徒步 滑雪 攀岩 拳击 马拉松 广场舞 太极",
+    ),
+    ("颜色", "白色 黑色 红色 蓝色 绿色 灰色 粉色 紫色 黄色 银色 金色 橙色 棕色 米色 深蓝"),
+    (
+        "汽车 车子 轿车 新车 车型",
+        "比亚迪 特斯拉 宝马 奔驰 奥迪 大众 丰田 本田 日产 别克 理想 蔚来 小鹏 吉利 长安 五菱"
+        " 问界 极氪 领克 哈弗 马自达 保时捷 SUV 电车",
+    ),
+    ("手机 电脑 平板", "苹果 iPhone 华为 小米 荣耀 OPPO vivo 三星 一加 联想 戴尔 MacBook iPad"),
+    (
+        "水果",
+        "苹果 香蕉 芒果 草莓 西瓜 葡萄 橘子 橙子 荔枝 榴莲 樱桃 车厘子 桃子 菠萝 猕猴桃 柚子"
+        " 哈密瓜 火龙果 蓝莓 山竹 龙眼",
+    ),
+    ("坚果", "花生 核桃 杏仁 腰果 开心果 榛子 松子 瓜子 夏威夷果 碧根果"),
+    ("海鲜", "虾 螃蟹 大闸蟹 龙虾 扇贝 生蚝 蛤蜊 鱿鱼 三文鱼 贝类"),
+    (
+        "疾病 毛病 病情 慢性病",
+        "糖尿病 高血压 心脏病 冠心病 胃病 胃炎 哮喘 鼻炎 颈椎病 腰椎 痛风 甲亢 甲减 抑郁症"
+        " 失眠 偏头痛 贫血 脂肪肝 高血脂 血糖 血压 结石",
+    ),
+    (
+        "交通工具 通勤",
+        "地铁 公交 高铁 动车 火车 飞机 打车 出租车 骑车 自行车 单车 电瓶车 电动车 开车 步行 大巴",
+    ),
+    ("饮料 饮品", "咖啡 拿铁 美式 奶茶 绿茶 红茶 可乐 雪碧 果汁 啤酒 豆浆 牛奶 酸奶 气泡水"),
+    ("学校 就读", "幼儿园 小学 初中 高中 中学 大学 学院 研究生"),
+    (
+        "职业 营生",
+        "老师 教师 医生 护士 律师 会计 程序员 工程师 设计师 销售 司机 厨师 公务员 警察 记者"
+        " 编辑 主播 客服 快递员 骑手 店长 经理 演员 摄影师 理发师 翻译 研究员 财务 人事 运营",
+    ),
+    ("节日 假期 长假", "春节 过年 元旦 清明 五一 劳动节 端午 中秋 国庆 寒假 暑假 圣诞 七夕"),
+    ("语言 外语 方言", "英语 日语 韩语 德语 法语 西班牙语 俄语 粤语 普通话 四川话 上海话 闽南语"),
+    ("证件", "身份证 护照 驾照 通行证 签证 居住证 社保卡 医保卡"),
+    ("家电 电器", "冰箱 洗衣机 空调 电视 热水器 扫地机 洗碗机 微波炉 烤箱 空气炸锅 投影仪"),
+    ("首饰", "项链 手链 手镯 戒指 耳环 耳钉 吊坠"),
+)
+
 
 @lru_cache(maxsize=1)
 def _index() -> dict[str, frozenset[str]]:
@@ -114,6 +174,9 @@ def _index() -> dict[str, frozenset[str]]:
         members = group.split()
         for word in members:
             index.setdefault(word, set()).update(members)
+    for kinds, things in CATEGORIES:
+        for kind in kinds.split():
+            index.setdefault(kind, set()).update(things.split())
     return {word: frozenset(others - {word}) for word, others in index.items()}
 
 
