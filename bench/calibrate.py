@@ -314,8 +314,8 @@ def paraphrase_cases(memory: Memory, granularity: str) -> list[Case]:
 def chat_cases(memory: Memory, granularity: str) -> list[Case]:
     """The hand-written Chinese chats of bench/chat_zh.py, never fitted on: set
     ``chat_zh`` (splits ``indep_a``, ``indep_b`` and ``indep_c``, one per file) and
-    ``entities_zh`` (the entity chats, ``ent_a``, ``ent_b`` and ``ent_c``). Unrelated: each chat's own unrelated questions
-    and five of the other chats' questions of its file."""
+    ``entities_zh`` (the entity chats, ``ent_a``, ``ent_b`` and ``ent_c``). Unrelated: each
+    chat's own unrelated questions and five of the other chats' questions of its file."""
     sets = {"chat_zh": CHAT_FILES, "entities_zh": ENTITY_FILES}
     chats = [
         ((name, file_of(chat)), chat) for name, files in sets.items() for chat in load_chats(files)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from convmem import Memory
 from convmem.retrieve.evidence import Coverage, idf_table, synonym_alternatives
 from convmem.text import tokenize
-from convmem.text.synonyms import CATEGORIES, GROUPS, spelling, synonym_groups, synonyms, synonyms_in
+from convmem.text.synonyms import (
+    CATEGORIES,
+    GROUPS,
+    spelling,
+    synonym_groups,
+    synonyms,
+    synonyms_in,
+)
 from helpers import chat_of, make_turns
 
 
