@@ -72,17 +72,25 @@ def test_a_line_saying_a_synonym_covers_the_questions_word() -> None:
     assert grouped(lines[1]) == plain(lines[1]) == 0.0
 
 
+def _found_first(
+    memory: Memory, question: str, line: str
+) -> tuple[dict[str, str], dict[str, float]]:
+    """A chat "c" of ``line``, a reply and ten meetings; the scope, and the evidence of the
+    question's first hit without a threshold, which must be ``line``."""
+    scope = chat_of(
+        memory, [line, "好的，记下了。"], "今天第{n}次开会，讨论新项目的排期。", count=10
+    )
+    hits = memory.search(question, top_k=3, filters=scope, min_score=0)
+    assert hits and hits[0].text.endswith(line)
+    return scope, hits[0].metadata["evidence"]
+
+
 def test_a_chinese_questions_hit_by_a_synonym_carries_its_coverage(memory: Memory) -> None:
     """ "我太太在哪个医院上班" of a chat that says 老婆 and 工作: the line is covered by the
     question's own words through their synonyms, and the question's specific words are
     not absent, so the line is found and kept at the default min_score."""
     line = "我老婆在协和医院儿科工作，一忙起来连饭都顾不上吃。"
-    scope = chat_of(
-        memory, [line, "好的，记下了。"], "今天第{n}次开会，讨论新项目的排期。", count=10
-    )
-    hits = memory.search("我太太在哪个医院上班？", top_k=3, filters=scope, min_score=0)
-    assert hits and hits[0].text.endswith(line)
-    evidence = hits[0].metadata["evidence"]
+    scope, evidence = _found_first(memory, "我太太在哪个医院上班？", line)
     # 太太 and 上班 are held through 老婆 and 工作, 医院 as written: most of the question's
     # weight (counted against the eleven synonyms as words of the question, it was .10)
     assert evidence["coverage"] > 0.25
@@ -101,8 +109,8 @@ def test_a_kind_widens_to_its_members_and_never_back() -> None:
     assert synonyms("头孢") == frozenset()
     # a kind is found in a question as written, and its members are its synonyms there
     assert "柴犬" in synonym_groups("我养的那只小动物叫啥？")["小动物"]
-    # kinds are words of two characters or more (found as substrings of a question), and
-    # each kind is one search token or a word whose tokens are all content (毛孩子)
+    # kinds are words of two characters or more (found as substrings of a question) that
+    # have search tokens (coverage reads a kind's word through them)
     for kinds, _ in CATEGORIES:
         assert all(len(kind) > 1 for kind in kinds.split())
         assert all(spelling(kind) for kind in kinds.split())
@@ -113,12 +121,7 @@ def test_a_question_that_names_a_kind_finds_the_thing_the_chat_names(memory: Mem
     semantics, so only the kind's members find the line; they cover the question's word,
     and the word is not absent from the chat (its other specific word, 我养, is)."""
     line = "救命 豆包昨晚趁我加班把沙发咬了个洞 柴犬真的是拆家"
-    scope = chat_of(
-        memory, [line, "哈哈哈，辛苦了。"], "今天第{n}次开会，讨论新项目的排期。", count=10
-    )
-    hits = memory.search("我养的宠物叫什么名字？", top_k=3, filters=scope, min_score=0)
-    assert hits and hits[0].text.endswith(line)
-    evidence = hits[0].metadata["evidence"]
+    _, evidence = _found_first(memory, "我养的宠物叫什么名字？", line)
     assert evidence["coverage"] > 0.0
     assert evidence["absent"] == 0.5  # 1.0 without the kind's members
     # and a chat that names no animal has nothing for it

@@ -14,7 +14,10 @@ the word is not absent from a chat that says it so
 
 The groups are hand-written, one concept each. A word may sit in several groups (爱人 is
 a spouse, 老婆 a wife). Only words of two characters or more are listed, since a single
-character also occurs inside unrelated words.
+character also occurs inside unrelated words. :data:`CATEGORIES` add kinds (宠物, 用药)
+with their members (柴犬, 头孢), one way: a question's kind word widens it to the members.
+A kind is found in a question as written (two characters or more); a member is only
+looked for as a word of a line (its search token), so a member may be one character (狗).
 """
 
 from __future__ import annotations
