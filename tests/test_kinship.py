@@ -38,8 +38,13 @@ def test_a_relation_the_conversation_never_says_is_unknown() -> None:
     kin = relation_terms("我岳父今年多大了？")
     assert unknown_relation(kin, (10, {"我妈": 2})) == 1.0
     assert unknown_relation(kin, (10, {"丈人": 1})) == 0.0  # a synonym says it
-    assert unknown_relation(kin, (10, {"丈母": 1})) == 1.0  # half of 丈母娘 is not it
-    assert unknown_relation(kin, (10, {"丈母": 1, "母娘": 1})) == 0.0
+    assert unknown_relation(kin, (10, {"老丈": 1, "丈人": 1})) == 0.0  # 老丈人
+    # a mother-in-law is not a father-in-law, nor 婆婆 公公 (公婆 is both)
+    assert unknown_relation(kin, (10, {"丈母": 1, "母娘": 1})) == 1.0
+    assert "公公" not in spellings("婆婆") and "公婆" in spellings("婆婆")
+    father = relation_terms("我公公今年多大了？")
+    assert unknown_relation(father, (10, {"婆婆": 3})) == 1.0
+    assert unknown_relation(father, (10, {"公婆": 1})) == 0.0
     assert unknown_relation(kin, None) == 0.0 and unknown_relation(kin, (0, {})) == 0.0
     assert unknown_relation([], (10, {})) == 0.0
 
