@@ -366,7 +366,10 @@ def _bare(text: str, tokens: Sequence[str] | None) -> str:
     found = lexicon()
     if found is None:
         return text
-    for word in sorted(set(words(text) if tokens is None else tokens), key=len, reverse=True):
+    # longest first, then left to right: words overlap (家猫, 猫叫), so the order decides
+    # what is left, and it must not be a set's (which changes with the hash seed)
+    said = set(words(text) if tokens is None else tokens)
+    for word in sorted(said, key=lambda word: (-len(word), text.find(word), word)):
         if len(word) > 1 and word in found.chinese:
             text = text.replace(word, " ")
     return text
