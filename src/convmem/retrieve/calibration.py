@@ -444,12 +444,14 @@ def specific_terms(query: str) -> list[str]:
     return _search_tokens(specific_words(query))
 
 
-def name_terms(query: str) -> list[str]:
-    """The search tokens of the question's names (:func:`names`), at most :data:`NAMES`.
-    A Chinese name's token is its first two characters (a character bigram, which every
-    Chinese run of a chunk is indexed by): jieba may cut the name differently in a line
-    (张晓明 → 张晓 + 明) or take a following character into it (陈静开的店 → 陈静开)."""
-    return _search_tokens([_name_key(name) for name in names(query)])[:NAMES]
+def name_terms(query: str, named: Sequence[str] | None = None) -> list[str]:
+    """The search tokens of the question's names (:func:`names`, or ``named`` where the
+    caller has them already), at most :data:`NAMES`. A Chinese name's token is its first
+    two characters (a character bigram, which every Chinese run of a chunk is indexed by):
+    jieba may cut the name differently in a line (张晓明 → 张晓 + 明) or take a following
+    character into it (陈静开的店 → 陈静开)."""
+    found = names(query) if named is None else named
+    return _search_tokens([_name_key(name) for name in found])[:NAMES]
 
 
 def _name_key(name: str) -> str:
@@ -539,14 +541,17 @@ def unknown_relation(
 _KIN_FIRST = tuple(sorted(RELATIONS | FAMILY, key=len, reverse=True))
 
 
-def kin_of_named(query: str) -> list[tuple[str, tuple[str, ...]]]:
+def kin_of_named(
+    query: str, named: Sequence[str] | None = None
+) -> list[tuple[str, tuple[str, ...]]]:
     """For each relation a Chinese question names of someone it names (苏婷的老公, 老宋的老伴,
     婷婷男朋友): the person's name key (:func:`name_terms`) and the relation's spellings
-    (:func:`~convmem.text.kinship.spellings`: 老公, 丈夫, 爱人...)."""
+    (:func:`~convmem.text.kinship.spellings`: 老公, 丈夫, 爱人...). ``named``: the
+    question's :func:`names` where the caller has them already."""
     if not is_mostly_cjk(query) or not any(word in query for word in _KIN_FIRST):
         return []
     out: list[tuple[str, tuple[str, ...]]] = []
-    for name in names(query):
+    for name in names(query) if named is None else named:
         at = query.find(name)
         rest = query[at + len(name) :] if at >= 0 else ""
         rest = rest[1:] if rest[:1] in "的他她" else rest

@@ -50,6 +50,7 @@ from convmem.retrieve.calibration import (
     unknown_name,
     unknown_relation,
 )
+from convmem.retrieve.calibration import names as question_names
 from convmem.retrieve.evidence import chunk_evidence, named, turn_hits, without_names
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse, interleave
 from convmem.retrieve.preretrieval import dialogue_vector
@@ -206,8 +207,10 @@ class HybridSearcher:
             rankings.append((weight, self._vector_candidates(request.tenant, spec, vector, pool)))
         query = clean_text(request.query_text)
         # the calibration's question features need the scope's counts of a few words
+        # the question's names once: jieba's tagger is the slow part of reading them
+        asked_names = question_names(query) if request.min_score is not None else []
         terms, names, kin = (
-            (specific_terms(query), name_terms(query), relation_terms(query))
+            (specific_terms(query), name_terms(query, asked_names), relation_terms(query))
             if request.min_score is not None
             else ([], [], [])
         )
@@ -317,13 +320,13 @@ class HybridSearcher:
             general = general_question(query, terms, scope)
             # a relation of someone the question names (苏婷的老公) that no candidate says
             # near their name
-            others_kin = kin_of_named(query) if scope is not None and one_line else []
+            others_kin = kin_of_named(query, asked_names) if scope is not None and one_line else []
             texts = [row[1] for row in rows.values()]
             same = max(
                 unknown_name(names, scope, titled),
                 unknown_relation(kin, scope),
                 general,
-                unknown_kin(others_kin, texts) if others_kin else 0.0,
+                unknown_kin(others_kin, texts),
             )
             unknown: float | list[float] = same
             if scope is not None and CROSS in languages:
