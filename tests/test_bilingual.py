@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 
 import pytest
 
@@ -219,6 +220,15 @@ def test_a_chinese_general_question_of_an_english_chat_is_marked_where_no_line_s
         "他妈妈做什么工作",  # someone
     ):
         assert general_question_of_english(question, lines) == 0.0, question
+
+
+@needs_cedict
+def test_overlapping_dictionary_words_leave_a_line_left_to_right_in_any_order() -> None:
+    """学生活动 holds 学生 and 生活, which overlap: the earlier goes first and 活动 after it,
+    so no single character is left on its own, whatever order the tokens come in (the
+    order once was a set's, and a line's bridge changed with the hash seed)."""
+    for order in itertools.permutations(["生活", "学生", "活动"]):
+        assert bilingual._bare("学生活动", list(order)) == "  "
 
 
 def test_without_the_dictionary_every_bridge_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
