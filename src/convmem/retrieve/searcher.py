@@ -34,6 +34,7 @@ from convmem.retrieve.calibration import (
     bridged,
     calibrate,
     calibration_for,
+    english_relation_terms,
     evidence_relevance,
     general_question,
     general_question_english,
@@ -209,12 +210,19 @@ class HybridSearcher:
         # the calibration's question features need the scope's counts of a few words
         # the question's names once: jieba's tagger is the slow part of reading them
         asked_names = question_names(query) if request.min_score is not None else []
-        terms, names, kin = (
-            (specific_terms(query), name_terms(query, asked_names), relation_terms(query))
+        terms, names, kin, english_kin = (
+            (
+                specific_terms(query),
+                name_terms(query, asked_names),
+                relation_terms(query),
+                english_relation_terms(query),
+            )
             if request.min_score is not None
-            else ([], [], [])
+            else ([], [], [], [])
         )
-        bigrams = [bigram for spelled in kin for word in spelled for bigram in word]
+        bigrams = [
+            bigram for spelled in (*kin, *english_kin) for word in spelled for bigram in word
+        ]
         # the words the search adds to the question for its ranking and the turns' coverage
         added: list[str] = []
         language = question_language(query)
@@ -338,6 +346,8 @@ class HybridSearcher:
                     max(
                         names_unsaid(question_terms(query), texts),
                         general_question_english(query, texts, known),
+                        # a relation (my mother-in-law) the chat never says in Chinese
+                        unknown_relation(english_kin, scope),
                     )
                     if language == "en"
                     else max(

@@ -20,7 +20,15 @@ from collections.abc import Iterable, Sequence
 from convmem.text.segment import NAME_INITIALS, chinese_names, surname_opening
 from convmem.text.synonyms import synonyms
 
-__all__ = ["FAMILY", "RELATIONS", "aliases", "relations", "spellings"]
+__all__ = [
+    "ENGLISH",
+    "FAMILY",
+    "RELATIONS",
+    "aliases",
+    "english_relations",
+    "relations",
+    "spellings",
+]
 
 # family, in-laws and the people of work, school and home, by generation
 _LISTED = (
@@ -51,6 +59,77 @@ _DOUBLED = re.compile(r"^([\u4e00-\u9fff])\1")
 _AFTER_CALLED = re.compile(r"^[\u4e00-\u9fff]{2,3}(?=[，,。.！!？?、\s]|$)")
 # someone else's relation: the word right before it is a person other than the user
 _OF_ANOTHER = re.compile(r"(?:孩子|儿子|女儿|闺女|老公|老婆|爱人|媳妇|[他她它]|[^我]的)的?$")
+
+# The relations an English question names of the user ("my mother-in-law", "my cousin"), as
+# the relations of RELATIONS a Chinese chat says them by. English says less than Chinese: a
+# cousin is any of eight, a mother-in-law a husband's mother or a wife's. A partner and a
+# child are left out, as in Chinese.
+ENGLISH: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("mom", "mum", "mother", "mommy", "mama", "ma"), ("妈妈",)),
+    **dict.fromkeys(("dad", "father", "daddy", "papa", "pa"), ("爸爸",)),
+    "parents": ("爸爸", "妈妈"),
+    "folks": ("爸爸", "妈妈"),
+    **dict.fromkeys(("grandma", "grandmother", "granny", "nana"), ("奶奶", "外婆")),
+    **dict.fromkeys(("grandpa", "grandfather", "granddad", "grandad"), ("爷爷", "外公")),
+    "grandparents": ("爷爷", "奶奶"),
+    "mother-in-law": ("婆婆", "岳母"),
+    "father-in-law": ("公公", "岳父"),
+    "in-laws": ("婆婆", "公公", "岳父", "岳母"),
+    **dict.fromkeys(("brother", "bro"), ("哥哥", "弟弟", "大哥", "二哥")),
+    **dict.fromkeys(("sister", "sis"), ("姐姐", "妹妹", "大姐", "二姐")),
+    "sister-in-law": ("大嫂", "嫂子", "弟媳"),
+    "brother-in-law": ("姐夫", "妹夫"),
+    "cousin": ("堂哥", "堂姐", "堂弟", "堂妹", "表哥", "表姐", "表弟", "表妹"),
+    **dict.fromkeys(
+        ("aunt", "auntie", "aunty"),
+        ("婶婶", "伯母", "舅妈", "姑姑", "姑妈", "姨妈", "小姨", "大姨"),
+    ),
+    "uncle": ("叔叔", "伯伯", "伯父", "舅舅", "姑父", "姨夫"),
+    "nephew": ("侄子", "外甥"),
+    "niece": ("侄女", "外甥女"),
+    "grandson": ("孙子", "外孙"),
+    "granddaughter": ("孙女", "外孙女"),
+    "son-in-law": ("女婿",),
+    "daughter-in-law": ("儿媳", "儿媳妇"),
+    "stepfather": ("继父",),
+    "stepmother": ("继母",),
+    "godfather": ("干爸",),
+    "godmother": ("干妈",),
+    **dict.fromkeys(("roommate", "flatmate", "housemate"), ("室友", "舍友")),
+    **dict.fromkeys(("colleague", "coworker", "co-worker", "workmate"), ("同事",)),
+    **dict.fromkeys(("classmate", "schoolmate"), ("同学",)),
+    **dict.fromkeys(("boss", "supervisor", "manager"), ("老板", "领导", "上司")),
+    **dict.fromkeys(("neighbor", "neighbour"), ("邻居",)),
+    **dict.fromkeys(("landlord", "landlady"), ("房东",)),
+    "business partner": ("合伙人",),
+    "coach": ("教练",),
+    "homeroom teacher": ("班主任",),
+    **dict.fromkeys(("nanny", "babysitter"), ("保姆",)),
+}
+# "my" and the relation right after it (my mother-in-law, my older brother, my mom's): a
+# relation after a possessive other than "my" (my daughter's teacher) is someone else's
+_MY_RELATION = re.compile(
+    r"\bmy (?:(?:older|elder|younger|little|big|baby|old|maternal|paternal|grand) )?("
+    + "|".join(sorted((re.escape(word) for word in ENGLISH), key=len, reverse=True))
+    + r")(?![\w-])",
+    re.IGNORECASE,
+)
+
+
+def english_relations(question: str) -> list[list[str]]:
+    """For each relation an English question names of the user (:data:`ENGLISH`: "my
+    mother-in-law", "my cousin's"), every word a Chinese chat may say it by: its Chinese
+    relations and their :func:`spellings`, each once."""
+    found: list[list[str]] = []
+    for match in _MY_RELATION.finditer(question):
+        words = list(
+            dict.fromkeys(
+                spelled for word in ENGLISH[match.group(1).lower()] for spelled in spellings(word)
+            )
+        )
+        if words not in found:
+            found.append(words)
+    return found
 
 
 # the words looked for in a question, longest first (外孙女 before 外孙), sorted once
