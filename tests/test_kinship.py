@@ -22,6 +22,10 @@ from helpers import chat_of, make_turns
         ("周文斌的女儿在哪里读书？", []),
         ("我给女朋友买的手链多少钱？", []),  # partners and children: chat names them
         ("我女儿对什么过敏？", []),
+        ("我妈今年多大？", ["妈妈"]),  # a spoken form is its relation
+        ("我爸妈住在哪？", ["父母"]),  # parents, not 我爸 too
+        ("我爸和我妈谁大？", ["爸爸", "妈妈"]),
+        ("我妈的爸爸是做什么的？", ["妈妈"]),  # the grandfather is someone else's father
     ],
 )
 def test_a_question_names_the_users_relations(question: str, found: list[str]) -> None:
@@ -47,6 +51,14 @@ def test_a_relation_the_conversation_never_says_is_unknown() -> None:
     assert unknown_relation(father, (10, {"公婆": 1})) == 0.0
     assert unknown_relation(kin, None) == 0.0 and unknown_relation(kin, (0, {})) == 0.0
     assert unknown_relation([], (10, {})) == 0.0
+    # parents are said by either of them too
+    parents = relation_terms("我爸妈住在哪？")
+    assert unknown_relation(parents, (10, {"我妈": 1})) == 0.0
+    assert unknown_relation(parents, (10, {"父母": 1})) == 0.0
+    assert unknown_relation(parents, (10, {"我哥": 1})) == 1.0
+    # a brother the chat calls 我哥 (no synonym group lists it)
+    assert unknown_relation(relation_terms("我哥哥在哪上班？"), (10, {"我哥": 1})) == 0.0
+    assert unknown_relation(relation_terms("我哥在哪上班？"), (10, {"我哥": 1})) == 0.0
 
 
 @pytest.mark.parametrize(

@@ -67,8 +67,8 @@ _OF_ANOTHER = re.compile(r"(?:孩子|儿子|女儿|闺女|老公|老婆|爱人|�
 ENGLISH: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("mom", "mum", "mother", "mommy", "mama", "ma"), ("妈妈",)),
     **dict.fromkeys(("dad", "father", "daddy", "papa", "pa"), ("爸爸",)),
-    "parents": ("爸爸", "妈妈"),
-    "folks": ("爸爸", "妈妈"),
+    "parents": ("父母",),
+    "folks": ("父母",),
     **dict.fromkeys(("grandma", "grandmother", "granny", "nana"), ("奶奶", "外婆")),
     **dict.fromkeys(("grandpa", "grandfather", "granddad", "grandad"), ("爷爷", "外公")),
     "grandparents": ("爷爷", "奶奶"),
@@ -133,32 +133,59 @@ def english_relations(question: str) -> list[list[str]]:
 
 
 # the words looked for in a question, longest first (外孙女 before 外孙), sorted once
-_RELATIONS_FIRST = tuple(sorted(RELATIONS, key=len, reverse=True))
+# the relations a question says in their spoken form (我妈 for 妈妈, 我爸妈 for 父母)
+_SPOKEN_AS = {
+    "我爸": "爸爸",
+    "我妈": "妈妈",
+    "我哥": "哥哥",
+    "我姐": "姐姐",
+    "我弟": "弟弟",
+    "我妹": "妹妹",
+    "我爸妈": "父母",
+    "爸妈": "父母",
+    "父母": "父母",
+}
+# a relation that a chat also says by its members: parents are 我爸 and 我妈 as well
+_MEMBERS = {"父母": ("爸爸", "妈妈")}
+_RELATIONS_FIRST = tuple(sorted(RELATIONS | set(_SPOKEN_AS), key=lambda word: (-len(word), word)))
 _NAMED_FIRST = tuple(sorted(RELATIONS | FAMILY | _SPOKEN, key=len, reverse=True))
 
 
 def relations(question: str) -> list[str]:
     """The relations of :data:`RELATIONS` a question names of the user, longest first and
-    each once (外孙女, not 外孙 again)."""
-    return _named(question, _RELATIONS_FIRST)
+    each once (外孙女, not 外孙 again), a spoken form as its relation (我妈: 妈妈; 我爸妈:
+    父母, not 爸爸 too)."""
+    found = _named(question, _RELATIONS_FIRST)
+    return list(dict.fromkeys(_SPOKEN_AS.get(word, word) for word in found))
 
 
 def _named(question: str, words: Sequence[str]) -> list[str]:
-    """Those of ``words`` (longest first) the question names of the user, each once."""
+    """Those of ``words`` (longest first) the question names of the user, each once and
+    none inside another's place in the question (外孙女, not 外孙 again; 爸妈 of 我爸妈,
+    not 我爸 too)."""
     found: list[str] = []
+    taken: list[tuple[int, int]] = []
     for word in words:
         at = question.find(word)
         if at < 0 or any(word in other for other in found):
             continue
+        end = at + len(word)
+        if any(at < stop and start < end for start, stop in taken):
+            continue
         if _OF_ANOTHER.search(question[:at]):
             continue
         found.append(word)
+        taken.append((at, end))
     return found
 
 
 def spellings(relation: str) -> list[str]:
-    """The words a chat may say the relation by: itself and its synonyms."""
-    return [relation, *sorted(synonyms(relation))]
+    """The words a chat may say the relation by: itself, its synonyms, its spoken forms
+    (我哥 for 哥哥) and, for a relation of several people (父母), its members' spellings."""
+    spoken = [word for word, meant in _SPOKEN_AS.items() if meant == relation and word != relation]
+    own = [relation, *sorted({*synonyms(relation), *spoken})]
+    members = [word for member in _MEMBERS.get(relation, ()) for word in spellings(member)]
+    return list(dict.fromkeys([*own, *members]))
 
 
 def aliases(question: str, texts: Iterable[str]) -> list[str]:
