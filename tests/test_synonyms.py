@@ -8,6 +8,8 @@ from convmem.text import tokenize
 from convmem.text.synonyms import (
     CATEGORIES,
     GROUPS,
+    equivalents,
+    reworded,
     spelling,
     synonym_groups,
     synonyms,
@@ -129,3 +131,18 @@ def test_a_question_that_names_a_kind_finds_the_thing_the_chat_names(memory: Mem
     memory.add_turns("d", make_turns([f"今天第{n}次开会，讨论新项目的排期。" for n in range(10)]))
     memory.flush()
     assert memory.search("我养的宠物叫什么名字？", top_k=3, filters=other) == []
+
+
+def test_a_question_is_reworded_in_the_words_its_candidates_say() -> None:
+    question = "我太太做哪块工作？"
+    groups = synonym_groups(question)
+    lines = ["我老婆梁美玲在我们公司管财务。", "老婆生日是4月6号。", "我爱人喜欢爬山。"]
+    # each word none of the lines says, as the equivalent they say most
+    assert reworded(question, groups, lines) == "我老婆做哪块工作？"
+    # a word a line says as itself stays
+    assert reworded(question, groups, [*lines, "我太太的工作很忙。"]) is None
+    assert reworded(question, groups, ["今天天气不错。"]) is None
+    # a kind is no equivalent of its members: "what colour" is not "white"
+    colour = "我那辆自行车是什么颜色的？"
+    assert "白色" in synonym_groups(colour)["颜色"] and not equivalents("颜色")
+    assert reworded(colour, synonym_groups(colour), ["我买了台白色的钢琴。"]) is None

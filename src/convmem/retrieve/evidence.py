@@ -425,7 +425,7 @@ def _similarities(
     found: list[float | None] = [chunk_similarity.get(unit.hit.chunk_id) for unit in units]
     rows = _stored_rows(units, line_vectors)
     # one product per chunk: every stored row's cosine with the question
-    cosines = {chunk_id: line_vectors[chunk_id] @ query_vector for chunk_id in rows}
+    cosines = {chunk_id: _cosines(line_vectors[chunk_id], query_vector) for chunk_id in rows}
     lines = []
     for i, unit in enumerate(units):
         own = rows.get(unit.hit.chunk_id, [])
@@ -437,9 +437,16 @@ def _similarities(
             lines.append(i)
     if embed is not None and lines:
         vectors = embed([_spoken(units[i]) for i in lines])
-        for i, value in zip(lines, vectors @ query_vector, strict=True):
+        for i, value in zip(lines, _cosines(vectors, query_vector), strict=True):
             found[i] = float(value)
     return found
+
+
+def _cosines(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Each row's cosine with the question: with several question vectors (one row each),
+    the best of them."""
+    values: np.ndarray = matrix @ query if query.ndim == 1 else (matrix @ query.T).max(axis=1)
+    return values
 
 
 def _stored_rows(
@@ -582,8 +589,10 @@ def turn_hits(
 ) -> list[Hit]:
     """Turn-level hits from chunk hits (best first): at most one hit per turn.
 
-    ``embed`` embeds the candidate turns (passage side) when the model is cheap enough to
-    do it per query; ``vector_weight`` is the model's fusion weight. ``relevance`` maps a
+    ``query_vector``: the question's vector, or several (one per row: the question and
+    its rewording in the candidates' words), a line's cosine the best of them. ``embed``
+    embeds the candidate turns (passage side) when the model is cheap enough to do it per
+    query; ``vector_weight`` is the model's fusion weight. ``relevance`` maps a
     turn's evidence features to the model's calibrated relevance, which then counts
     ``relevance_weight`` in its score; ``ranker`` maps the lines' :class:`LineFeatures` to
     the probability that each is evidence, which then counts ``ranker_weight``.

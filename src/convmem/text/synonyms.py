@@ -27,7 +27,16 @@ from functools import lru_cache
 
 from convmem.text.segment import tokenize, tokenizer_signature
 
-__all__ = ["GROUPS", "spelling", "synonym_groups", "synonyms", "synonyms_in", "synonyms_of"]
+__all__ = [
+    "GROUPS",
+    "equivalents",
+    "reworded",
+    "spelling",
+    "synonym_groups",
+    "synonyms",
+    "synonyms_in",
+    "synonyms_of",
+]
 
 GROUPS: tuple[str, ...] = (
     # kin
@@ -177,12 +186,18 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
 
 
 @lru_cache(maxsize=1)
-def _index() -> dict[str, frozenset[str]]:
+def _groups_index() -> dict[str, frozenset[str]]:
     index: dict[str, set[str]] = {}
     for group in GROUPS:
         members = group.split()
         for word in members:
             index.setdefault(word, set()).update(members)
+    return {word: frozenset(others - {word}) for word, others in index.items()}
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, frozenset[str]]:
+    index: dict[str, set[str]] = {word: set(others) for word, others in _groups_index().items()}
     for kinds, things in CATEGORIES:
         for kind in kinds.split():
             index.setdefault(kind, set()).update(things.split())
@@ -192,6 +207,12 @@ def _index() -> dict[str, frozenset[str]]:
 def synonyms(word: str) -> frozenset[str]:
     """The other words of every group ``word`` is in (empty when it is in none)."""
     return _index().get(word, frozenset())
+
+
+def equivalents(word: str) -> frozenset[str]:
+    """The words that say the same as ``word`` (its :data:`GROUPS`), not the members of a
+    kind it names (宠物 is no 柴犬): a question may say one of them in its place."""
+    return _groups_index().get(word, frozenset())
 
 
 def synonyms_in(text: str) -> list[str]:
@@ -224,3 +245,23 @@ def spelling(word: str) -> tuple[str, ...]:
 @lru_cache(maxsize=4096)
 def _spelling(word: str, signature: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(tokenize(word)))
+
+
+def reworded(query: str, groups: Mapping[str, Sequence[str]], texts: Sequence[str]) -> str | None:
+    """The question in the words of ``texts`` (a search's candidate lines): each word of
+    ``groups`` (:func:`synonym_groups`) that no text says, replaced by the equivalent
+    (:func:`equivalents`, never a kind's member: 颜色 is not 白色) the texts say most often.
+    "我太太做哪块工作" of a chat that says 老婆 is "我老婆做哪块工作". None when no word is
+    replaced."""
+    said = query
+    for word, others in groups.items():
+        if word not in said or any(word in text for text in texts):
+            continue
+        same = equivalents(word)
+        counts = {
+            other: sum(text.count(other) for text in texts) for other in others if other in same
+        }
+        best = max(counts, key=lambda other: (counts[other], other), default=None)
+        if best is not None and counts[best]:
+            said = said.replace(word, best)
+    return None if said == query else said
