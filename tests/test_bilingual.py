@@ -172,6 +172,11 @@ def test_an_english_questions_name_is_unsaid_where_no_chinese_line_reads_as_it()
     assert names_unsaid(question_terms("What do I do on Thursdays?"), ["每周三游泳"]) == 1.0
     # no name, nothing unsaid
     assert names_unsaid(question_terms("Where do I live?"), lines) == 0.0
+    # a name in capitals, as a Chinese chat writes it; not the capitals of everyday English
+    interview = question_terms("When is my DJI second-round interview now?")
+    assert names_unsaid(interview, ["DJI HR刚发邮件 说二面改到4月9号"]) == 0.0
+    assert names_unsaid(interview, lines) == 1.0
+    assert question_terms("Is it OK if I call at 9 AM?").names == ()
 
 
 @needs_cedict

@@ -55,6 +55,10 @@ _CJK = re.compile(r"[\u4e00-\u9fff]+")
 _SKIP = ("variant of", "old variant", "see ", "cl:", "surname ", "abbr.", "used in", "also written")
 # a run of capitalised Latin words: a name as an English speaker writes a Chinese one
 _NAME_RUN = re.compile(r"[A-Z][a-z]+(?:[ -]?[A-Z][a-z]+)*")
+# a name in capitals (DJI, HHKB, PS5), which a Chinese chat writes as it is; not the
+# capitals of everyday English (OK, AM, PM) or of what chat says in Chinese (HR: 人事)
+_ACRONYM = re.compile(r"\b[A-Z][A-Z0-9]{1,}\b")
+_NO_ACRONYM = frozenset({"I", "OK", "AM", "PM", "HR", "IT", "APP", "TV", "ID", "US", "UK"})
 _OF_PHRASE = re.compile(r"([a-z][a-z'-]*) of [a-z' -]+")
 # a name the dictionary gives in several words (east china, hong kong, new york)
 _NAME_PHRASE = re.compile(r"[a-z][a-z'-]*(?: [a-z][a-z'-]*){1,2}")
@@ -308,9 +312,9 @@ class QuestionTerms:
 
 
 def question_terms(question: str) -> QuestionTerms:
-    """What :func:`bridge` looks for: an English question's content words in Chinese and
-    its capitalised runs as pinyin names; a Chinese question's words in English (their
-    stems) and its Latin words as written."""
+    """What :func:`bridge` looks for: an English question's content words in Chinese, its
+    capitalised runs as pinyin names and its names in capitals (DJI) as written; a Chinese
+    question's words in English (their stems) and its Latin words as written."""
     found = lexicon()
     if found is None:
         return QuestionTerms((), (), ())
@@ -339,6 +343,7 @@ def question_terms(question: str) -> QuestionTerms:
             run = re.sub(r"^[A-Z][a-z]+[ -]?", "", run)
         if run:
             runs.append(run)
+    runs += [run for run in _ACRONYM.findall(question) if run not in _NO_ACRONYM]
     keyed: dict[str, list[str]] = {}  # pinyin key -> the name's words
     for run in runs:
         keyed.setdefault(re.sub(r"[ -]", "", run).lower(), re.split(r"[ -]", run.lower()))
