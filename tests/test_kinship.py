@@ -26,6 +26,10 @@ from helpers import chat_of, make_turns
         ("我爸妈住在哪？", ["父母"]),  # parents, not 我爸 too
         ("我爸和我妈谁大？", ["爸爸", "妈妈"]),
         ("我妈的爸爸是做什么的？", ["妈妈"]),  # the grandfather is someone else's father
+        ("我舅今年多大？", ["舅舅"]),
+        ("咱妈的生日是哪天？", ["妈妈"]),
+        ("我姑娘今年几岁？", []),  # 我姑 opens 姑娘 (a daughter): no spoken aunt
+        ("我奶茶店开在哪条街？", []),
     ],
 )
 def test_a_question_names_the_users_relations(question: str, found: list[str]) -> None:
@@ -59,6 +63,7 @@ def test_a_relation_the_conversation_never_says_is_unknown() -> None:
     # a brother the chat calls 我哥 (no synonym group lists it)
     assert unknown_relation(relation_terms("我哥哥在哪上班？"), (10, {"我哥": 1})) == 0.0
     assert unknown_relation(relation_terms("我哥在哪上班？"), (10, {"我哥": 1})) == 0.0
+    assert unknown_relation(relation_terms("我舅舅住在哪？"), (10, {"我舅": 2})) == 0.0
 
 
 @pytest.mark.parametrize(

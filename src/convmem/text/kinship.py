@@ -133,7 +133,8 @@ def english_relations(question: str) -> list[list[str]]:
 
 
 # the words looked for in a question, longest first (外孙女 before 外孙), sorted once
-# the relations a question says in their spoken form (我妈 for 妈妈, 我爸妈 for 父母)
+# the relations a question says in their spoken form (我妈 for 妈妈, 我爸妈 for 父母); not
+# 我奶, 我姑 or 我爷, which open other words (我奶茶店, 我姑娘: my daughter)
 _SPOKEN_AS = {
     "我爸": "爸爸",
     "我妈": "妈妈",
@@ -141,6 +142,12 @@ _SPOKEN_AS = {
     "我姐": "姐姐",
     "我弟": "弟弟",
     "我妹": "妹妹",
+    "咱爸": "爸爸",
+    "咱妈": "妈妈",
+    "我舅": "舅舅",
+    "我叔": "叔叔",
+    "我婶": "婶婶",
+    "我嫂": "嫂子",
     "我爸妈": "父母",
     "爸妈": "父母",
     "父母": "父母",
