@@ -51,7 +51,7 @@ _BY_NAME = (
 FAMILY: frozenset[str] = frozenset(word for line in _BY_NAME for word in line.split())
 # how a question says a relation in one character more (我弟 for 弟弟, 孩子她爸 for 老公):
 # looked up for names only
-_SPOKEN_LINE = "我弟 我哥 我姐 我妹 我爸 我妈 孩子她爸 孩子他爸 孩子她妈 孩子他妈"
+_SPOKEN_LINE = "我弟 我哥 我姐 我妹 我爸 我妈 孩子她爸 孩子他爸 孩子她妈 孩子他妈 孩子爸爸 孩子妈妈"
 _SPOKEN = frozenset(_SPOKEN_LINE.split())
 # between a relation and the name it introduces: 我未婚夫叫顾晨, 女儿小名叫朵朵, 室友：黄晓东
 _INTRODUCES = re.compile(r"^(?:叫做|叫|是|名叫|名字叫|小名叫|小名|大名叫|大名|[，,：:\s])*")
