@@ -127,6 +127,10 @@ def test_asking_about_a_relative_the_chat_never_mentions_finds_nothing(memory: M
     assert memory.search("我岳父今年多大了？", top_k=3, filters=scope) == []
 
 
+def test_a_name_after_a_relation_in_latin_shorthand_is_found() -> None:
+    assert aliases("女朋友在哪个城市上班？", ["刚跟我gf林萱打完视频 她在上海做咨询"]) == ["林萱"]
+
+
 def test_the_names_a_chat_gives_a_relation_are_found() -> None:
     lines = [
         "我未婚夫叫顾晨，我们上个月刚订婚。",

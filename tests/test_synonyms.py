@@ -20,6 +20,7 @@ from helpers import chat_of, make_turns
 
 def test_a_word_has_the_other_words_of_each_of_its_groups() -> None:
     assert "老公" in synonyms("孩子爸爸") and "老婆" in synonyms("孩子妈妈")
+    assert "gf" in synonyms("女朋友") and "男朋友" in synonyms("bf")  # chat's Latin shorthand
     assert {"爸妈", "双亲"} <= synonyms("父母")
     # 爱人 is a spouse, and a wife and a husband: its groups' words together
     assert {"老伴", "老婆", "老公"} <= synonyms("爱人")

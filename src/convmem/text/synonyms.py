@@ -55,8 +55,8 @@ GROUPS: tuple[str, ...] = (
     "姐姐 大姐 老姐",
     "弟弟 小弟 老弟",
     "妹妹 小妹 老妹",
-    "男朋友 男友 对象",
-    "女朋友 女友 对象",
+    "男朋友 男友 对象 bf",
+    "女朋友 女友 对象 gf",
     "未婚妻 未婚夫 对象",
     # in-laws: a father-in-law is not a mother-in-law (公婆 and 岳父母 are both)
     "公婆 婆婆",
