@@ -131,6 +131,13 @@ def test_a_name_after_a_relation_in_latin_shorthand_is_found() -> None:
     assert aliases("女朋友在哪个城市上班？", ["刚跟我gf林萱打完视频 她在上海做咨询"]) == ["林萱"]
 
 
+def test_a_relation_in_its_spoken_form_finds_the_name_either_way() -> None:
+    line = ["我舅钱斌在南京江宁开了家驾校。"]
+    assert aliases("我舅舅是做什么的？", line) == ["钱斌"]
+    assert aliases("我舅是做什么的？", line) == ["钱斌"]
+    assert aliases("我舅是做什么的？", ["我舅舅钱斌在南京开驾校。"]) == ["钱斌"]
+
+
 def test_the_names_a_chat_gives_a_relation_are_found() -> None:
     lines = [
         "我未婚夫叫顾晨，我们上个月刚订婚。",

@@ -49,10 +49,8 @@ _BY_NAME = (
     "儿子 女儿 闺女 大儿子 小儿子 大女儿 小女儿",
 )
 FAMILY: frozenset[str] = frozenset(word for line in _BY_NAME for word in line.split())
-# how a question says a relation in one character more (我弟 for 弟弟, 孩子她爸 for 老公):
-# looked up for names only
-_SPOKEN_LINE = "我弟 我哥 我姐 我妹 我爸 我妈 孩子她爸 孩子他爸 孩子她妈 孩子他妈 孩子爸爸 孩子妈妈"
-_SPOKEN = frozenset(_SPOKEN_LINE.split())
+# how a question calls a partner by the children (孩子她爸 for 老公): looked up for names
+_BY_CHILDREN = "孩子她爸 孩子他爸 孩子爸爸 孩子她妈 孩子他妈 孩子妈妈"
 # between a relation and the name it introduces: 我未婚夫叫顾晨, 女儿小名叫朵朵, 室友：黄晓东
 _INTRODUCES = re.compile(r"^(?:叫做|叫|是|名叫|名字叫|小名叫|小名|大名叫|大名|[，,：:\s])*")
 _DOUBLED = re.compile(r"^([\u4e00-\u9fff])\1")
@@ -132,7 +130,6 @@ def english_relations(question: str) -> list[list[str]]:
     return found
 
 
-# the words looked for in a question, longest first (外孙女 before 外孙), sorted once
 # the relations a question says in their spoken form (我妈 for 妈妈, 我爸妈 for 父母); not
 # 我奶, 我姑 or 我爷, which open other words (我奶茶店, 我姑娘: my daughter)
 _SPOKEN_AS = {
@@ -154,8 +151,14 @@ _SPOKEN_AS = {
 }
 # a relation that a chat also says by its members: parents are 我爸 and 我妈 as well
 _MEMBERS = {"父母": ("爸爸", "妈妈")}
+# the words looked for in a question, longest first (外孙女 before 外孙), sorted once
 _RELATIONS_FIRST = tuple(sorted(RELATIONS | set(_SPOKEN_AS), key=lambda word: (-len(word), word)))
-_NAMED_FIRST = tuple(sorted(RELATIONS | FAMILY | _SPOKEN, key=len, reverse=True))
+_NAMED_FIRST = tuple(
+    sorted(
+        RELATIONS | FAMILY | set(_SPOKEN_AS) | set(_BY_CHILDREN.split()),
+        key=lambda word: (-len(word), word),
+    )
+)
 
 
 def relations(question: str) -> list[str]:
@@ -202,7 +205,11 @@ def aliases(question: str, texts: Iterable[str]) -> list[str]:
     是 or a comma: a personal name (:func:`~convmem.text.segment.chinese_names`), a doubled
     one (女儿欣欣) or what follows 叫 up to the clause's end. Names the question holds
     already are left out."""
-    wanted = [spelling for word in _named(question, _NAMED_FIRST) for spelling in spellings(word)]
+    wanted = [
+        spelling
+        for word in _named(question, _NAMED_FIRST)
+        for spelling in spellings(_SPOKEN_AS.get(word, word))
+    ]
     if not wanted:
         return []
     openings: dict[str, bool] = {}  # what follows a spelling -> whether 叫 came before it
