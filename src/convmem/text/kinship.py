@@ -63,11 +63,11 @@ _OF_ANOTHER = re.compile(r"(?:孩子|儿子|女儿|闺女|老公|老婆|爱人|�
 # cousin is any of eight, a mother-in-law a husband's mother or a wife's. A partner and a
 # child are left out, as in Chinese.
 ENGLISH: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(("mom", "mum", "mother", "mommy", "mama", "ma"), ("妈妈",)),
-    **dict.fromkeys(("dad", "father", "daddy", "papa", "pa"), ("爸爸",)),
+    **dict.fromkeys(("mom", "mum", "mother", "mommy", "mama"), ("妈妈",)),
+    **dict.fromkeys(("dad", "father", "daddy", "papa"), ("爸爸",)),
     "parents": ("父母",),
     "folks": ("父母",),
-    **dict.fromkeys(("grandma", "grandmother", "granny", "nana"), ("奶奶", "外婆")),
+    **dict.fromkeys(("grandma", "grandmother", "granny"), ("奶奶", "外婆")),
     **dict.fromkeys(("grandpa", "grandfather", "granddad", "grandad"), ("爷爷", "外公")),
     "grandparents": ("爷爷", "奶奶"),
     "mother-in-law": ("婆婆", "岳母"),
