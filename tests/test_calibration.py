@@ -33,6 +33,7 @@ from convmem.retrieve.calibration import (
     name_terms,
     name_variants,
     names,
+    people,
     question_language,
     relevance,
     specific_terms,
@@ -460,6 +461,40 @@ def test_a_relation_of_someone_named_is_looked_for_near_their_name() -> None:
     assert unknown_kin([], apart) == 0.0
 
 
+def test_someone_elses_relation_is_read_in_every_word_chat_says_it_by() -> None:
+    """A relation asked by a synonym (太太 of 老婆), a relation of several people (父母) or a
+    child by 孩子 is someone's relation too, and a chat that knows the person says any of
+    its words near the name (Kevin他老婆, 顾晨他爸妈, 吴佳的儿子)."""
+    wife = kin_of_named("Kevin的太太是哪国人？")
+    assert wife and wife[0][0] == "Kevin" and {"太太", "老婆", "妻子"} <= set(wife[0][1])
+    assert unknown_kin(wife, ["大家都叫他Kevin", "我老婆是四川人"]) == 1.0
+    assert unknown_kin(wife, ["Kevin他老婆是日本人"]) == 0.0
+    parents = kin_of_named("顾晨的父母是做什么的？")
+    assert parents and {"父母", "爸妈", "妈妈"} <= set(parents[0][1])
+    assert unknown_kin(parents, ["顾晨他妈妈是中学老师"]) == 0.0
+    child = kin_of_named("吴佳的孩子几岁了")
+    assert child and {"孩子", "儿子", "女儿"} <= set(child[0][1])
+    assert unknown_kin(child, ["吴佳的儿子乐乐三岁了"]) == 0.0
+    # a word or two may stand between 的 and the relation (钢琴老师, 儿科医生)
+    teacher = kin_of_named("朵朵的钢琴老师叫什么？", ["朵朵"])
+    assert teacher and "老师" in teacher[0][1]
+    assert kin_of_named("朵朵的生日是哪天？", ["朵朵"]) == []
+
+
+def test_a_question_opening_with_someone_no_name_finder_takes_names_them_where_said() -> None:
+    """郭玉兰 (jieba cuts 郭 + 玉兰) and 子轩 (no surname) open the question before 的: they
+    are the person asked about where the candidates say them, and only there."""
+    said = ["我的老同事郭玉兰跟我住一个小区", "我老伴今天去钓鱼了"]
+    assert names("郭玉兰的老伴是做什么的？") == []
+    assert people("郭玉兰的老伴是做什么的？", None, said) == ["郭玉兰"]
+    kin = kin_of_named("郭玉兰的老伴是做什么的？", None, said)
+    assert kin and kin[0][0] == "郭玉" and unknown_kin(kin, said) == 1.0
+    # not said by the candidates, or not a person (我的, 那个): nobody
+    assert people("郭玉兰的老伴是做什么的？", None, ["我老伴今天去钓鱼了"]) == []
+    assert people("那个的老伴是谁", None, ["那个"]) == []
+    assert people("子轩的班主任是谁？", None, ["大儿子黄子轩刚上初一"]) == ["子轩"]
+
+
 def test_a_question_about_a_relation_of_someone_the_chat_never_gives_is_unknown(
     memory: Memory,
 ) -> None:
@@ -477,6 +512,23 @@ def test_a_question_about_a_relation_of_someone_the_chat_never_gives_is_unknown(
     memory.add_turns("c", make_turns(["好的。", "苏婷她老公在建行上班，人挺好的。"], start=13))
     memory.flush()
     known = memory.search("苏婷的老公是做什么的？", top_k=3, filters=scope, min_score=0)
+    assert known and "unknown_name" not in known[0].metadata["evidence"]
+
+
+def test_a_relation_asked_by_a_synonym_of_someone_no_name_finder_takes_is_unknown(
+    memory: Memory,
+) -> None:
+    """郭玉兰 is no name to jieba (郭 + 玉兰) and 老伴 is said of the user only: before, no
+    rule read "郭玉兰的老伴是做什么的" as asking about someone the chat never mentions."""
+    neighbour = "我的老同事郭玉兰跟我住一个小区，她住6号楼。"
+    scope = chat_of(memory, [neighbour, "好的，记下了。"], "今天第{n}次开会，讨论排期。", count=10)
+    memory.add_turns("c", make_turns(["我老伴今天去钓鱼了，晚饭我自己做。"], start=12))
+    memory.flush()
+    closest = memory.search("郭玉兰的老伴是做什么的？", top_k=3, filters=scope, min_score=0)
+    assert closest and all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in closest)
+    memory.add_turns("c", make_turns(["好的。", "郭玉兰她爱人以前是钢厂的工程师。"], start=13))
+    memory.flush()
+    known = memory.search("郭玉兰的老伴是做什么的？", top_k=3, filters=scope, min_score=0)
     assert known and "unknown_name" not in known[0].metadata["evidence"]
 
 

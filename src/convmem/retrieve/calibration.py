@@ -59,6 +59,7 @@ __all__ = [
     "kin_of_named",
     "name_terms",
     "names",
+    "people",
     "question_language",
     "relevance",
     "specific_terms",
@@ -551,27 +552,73 @@ def unknown_relation(
     return 0.0
 
 
-# the relations of someone else, longest first (外孙女 before 外孙): partners and children too
-_KIN_FIRST = tuple(sorted(RELATIONS | FAMILY, key=len, reverse=True))
+# the relations of someone else and every word chat says them by (太太 of 老婆, 爸妈 of 父母,
+# 儿子 and 女儿 of 孩子), longest first (外孙女 before 外孙): partners and children too. Each
+# maps to the words a chat that knows that person says near the name.
+def _kin_spelled() -> dict[str, tuple[str, ...]]:
+    said: dict[str, set[str]] = {}
+    wider = {"孩子": ("儿子", "女儿", "闺女"), "老师": (), "医生": ()}
+    for relation in sorted(RELATIONS | FAMILY | {"父母", *wider}):
+        words = set(spellings(relation))
+        for member in wider.get(relation, ()):
+            words.update(spellings(member))
+        for word in words:
+            if is_mostly_cjk(word) and not word.startswith(("我", "咱")):
+                said.setdefault(word, set()).update(words)
+    return {
+        word: tuple(sorted(words, key=lambda spelled: (-len(spelled), spelled)))
+        for word, words in sorted(said.items(), key=lambda item: (-len(item[0]), item[0]))
+    }
+
+
+_KIN_SPELLED = _kin_spelled()
+# a question that opens with someone the chat calls by a word no name finder takes (郭玉兰,
+# 子轩, 朵朵) and asks of their relation: the two or three characters before 的
+_OPENS_WITH_PERSON = re.compile(r"^([\u4e00-\u9fff]{2,3}?)的")
+_NOT_A_PERSON = tuple("我你他她它这那咱谁哪啥每各")
+# how many characters may stand between 的 and the relation (朵朵的钢琴老师)
+_KIN_MODIFIER = 2
+
+
+def people(query: str, named: Sequence[str] | None, texts: Sequence[str]) -> list[str]:
+    """The people a Chinese question names: its :func:`names` (or ``named``), and two or
+    three characters before 的 that open it where ``texts`` say them and no name finder
+    takes them (郭玉兰的老伴, 子轩的班主任)."""
+    found = list(names(query) if named is None else named)
+    opening = _OPENS_WITH_PERSON.match(query)
+    if opening and not any(opening.group(1) in name or name in opening.group(1) for name in found):
+        person = opening.group(1)
+        if (
+            not person.startswith(_NOT_A_PERSON)
+            and person not in _KIN_SPELLED
+            and any(_name_key(person) in text for text in texts)
+        ):
+            found.append(person)
+    return found
 
 
 def kin_of_named(
-    query: str, named: Sequence[str] | None = None
+    query: str, named: Sequence[str] | None = None, texts: Sequence[str] = ()
 ) -> list[tuple[str, tuple[str, ...]]]:
     """For each relation a Chinese question names of someone it names (苏婷的老公, 老宋的老伴,
-    婷婷男朋友): the person's name key (:func:`name_terms`) and the relation's spellings
-    (:func:`~convmem.text.kinship.spellings`: 老公, 丈夫, 爱人...). ``named``: the
-    question's :func:`names` where the caller has them already."""
-    if not is_mostly_cjk(query) or not any(word in query for word in _KIN_FIRST):
+    婷婷男朋友, 朵朵的钢琴老师): the person's name key (:func:`name_terms`) and the words a
+    chat says the relation by (:func:`~convmem.text.kinship.spellings`: 老公, 丈夫, 爱人...;
+    a child as 儿子 or 女儿 too). ``named``: the question's :func:`names` where the caller
+    has them already. A question that opens with two or three characters before 的 that no
+    name finder takes (郭玉兰的老伴, 子轩的班主任) names that person where ``texts`` say
+    them."""
+    if not is_mostly_cjk(query) or not any(word in query for word in _KIN_SPELLED):
         return []
     out: list[tuple[str, tuple[str, ...]]] = []
-    for name in names(query) if named is None else named:
+    for name in people(query, named, texts):
         at = query.find(name)
         rest = query[at + len(name) :] if at >= 0 else ""
-        rest = rest[1:] if rest[:1] in "的他她" else rest
-        for relation in _KIN_FIRST:
-            if rest.startswith(relation):
-                out.append((_name_key(name), tuple(spellings(relation))))
+        owned = rest[:1] in "的他她"
+        rest = rest[1:] if owned else rest
+        for word, said in _KIN_SPELLED.items():
+            where = rest.find(word)
+            if where == 0 or (owned and 0 < where <= _KIN_MODIFIER and rest[:where].isalpha()):
+                out.append((_name_key(name), said))
                 break
     return out
 

@@ -337,7 +337,9 @@ class HybridSearcher:
             general = general_question(query, terms, scope)
             # a relation of someone the question names (苏婷的老公) that no candidate says
             # near their name
-            others_kin = kin_of_named(query, asked_names) if scope is not None and one_line else []
+            others_kin = (
+                kin_of_named(query, asked_names, texts) if scope is not None and one_line else []
+            )
             same = max(
                 unknown_name(names, scope, titled),
                 unknown_relation(kin, scope),
