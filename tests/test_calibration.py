@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from convmem.retrieve.background import background_lines, typical_similarity
 from convmem.retrieve.calibration import (
     CALIBRATIONS,
     CROSS,
+    GENERAL_MARGIN,
     RARITY_SCALE,
     UNSCOPED,
     Calibration,
@@ -547,6 +548,32 @@ def test_a_general_how_to_or_what_is_question_is_no_memory() -> None:
     terms = specific_terms("怎么做番茄炒蛋？")
     assert general_question("怎么做番茄炒蛋？", terms, None) == 0.0  # tenant-wide
     assert general_question("怎么做番茄炒蛋？", terms, (0, {})) == 0.0
+
+
+def test_a_general_question_without_the_how_or_what_shape_reads_the_banks_margin() -> None:
+    """马拉松全程是多少公里 asks the world, though no 怎么 or 什么是 says so: the question banks'
+    margin decides, and is computed only where the question says nothing of anyone and the
+    conversation none of its specific words."""
+    scope = (6, {"护照": 2, "酒店": 3})
+    question = "马拉松全程是多少公里？"
+    terms = specific_terms(question)
+    asked: list[str] = []
+
+    def margin(value: float) -> Callable[[], float]:
+        def compute() -> float:
+            asked.append(question)
+            return value
+
+        return compute
+
+    assert general_question(question, terms, scope) == 0.0  # no shape, no margin
+    assert general_question(question, terms, scope, margin(GENERAL_MARGIN + 0.01)) == 1.0
+    assert general_question(question, terms, scope, margin(GENERAL_MARGIN - 0.01)) == 0.0
+    assert len(asked) == 2
+    # someone's, or words the conversation says: the margin is never computed
+    for other in ("我的马拉松全程是多少公里？", "护照多久过期？"):
+        assert general_question(other, specific_terms(other), scope, margin(1.0)) == 0.0
+    assert len(asked) == 2
 
 
 def test_a_general_question_of_a_chat_finds_nothing_and_reads_the_unknown_name_weight(

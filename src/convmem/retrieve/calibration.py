@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,7 @@ __all__ = [
     "CALIBRATIONS",
     "CROSS",
     "DEFAULT_MIN_SCORE",
+    "GENERAL_MARGIN",
     "RARITY_SCALE",
     "UNSCOPED",
     "Calibration",
@@ -714,21 +715,37 @@ def general_question_of_english(
     return 0.0 if _of_anyone(query) else 1.0
 
 
+#: How much closer to questions of general knowledge than to questions about a user's
+#: memory (:func:`~convmem.retrieve.background.general_margin`) a question without the how
+#: or what shape must come for :func:`general_question`.
+GENERAL_MARGIN = 0.02
+
+
 def general_question(
-    query: str, terms: Sequence[str], scope: tuple[int, Mapping[str, int]] | None
+    query: str,
+    terms: Sequence[str],
+    scope: tuple[int, Mapping[str, int]] | None,
+    margin: Callable[[], float] | None = None,
 ) -> float:
     """1.0 for a Chinese question of general knowledge: it asks how to do something or what
-    something is (怎么做番茄炒蛋, 什么是区块链), says nothing of anyone (no 我, 他, relation,
-    name or 那个), and the conversation says none of its most specific words
-    (:func:`specific_terms`); it reads ``unknown_name``'s weight. 0.0 otherwise, and without
-    scope statistics or for an empty scope. "怎么联系物业" asked of a chat that gave the
-    property office's number says 物业, so it is memory."""
+    something is (怎么做番茄炒蛋, 什么是区块链) or, by ``margin`` (the question's
+    :func:`~convmem.retrieve.background.general_margin`, computed only when the rest holds),
+    comes closer to questions of general knowledge than to questions about a user's memory
+    by :data:`GENERAL_MARGIN` (马拉松全程是多少公里, 秘鲁的首都是哪里); it says nothing of
+    anyone (no 我, 他, relation, name or 那个), and the conversation says none of its most
+    specific words (:func:`specific_terms`); it reads ``unknown_name``'s weight. 0.0
+    otherwise, and without scope statistics or for an empty scope. "怎么联系物业" asked of a
+    chat that gave the property office's number says 物业, so it is memory."""
     if not terms or scope is None or scope[0] == 0 or not is_mostly_cjk(query):
         return 0.0
-    if not _HOW_OR_WHAT.search(query) or _of_anyone(query):
+    if _of_anyone(query):
         return 0.0
     counts = scope[1]
-    return 1.0 if all(not counts.get(term, 0) for term in terms) else 0.0
+    if any(counts.get(term, 0) for term in terms):
+        return 0.0
+    if _HOW_OR_WHAT.search(query) or (margin is not None and margin() > GENERAL_MARGIN):
+        return 1.0
+    return 0.0
 
 
 def synonym_terms(

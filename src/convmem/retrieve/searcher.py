@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,7 +25,7 @@ from convmem.errors import EmbedderError, InvalidInputError
 from convmem.ingest import known_tokens
 from convmem.metrics import Counter, Histogram
 from convmem.models import Hit
-from convmem.retrieve.background import BACKGROUND_FILES, typical_similarity
+from convmem.retrieve.background import BACKGROUND_FILES, general_margin, typical_similarity
 from convmem.retrieve.calibration import (
     CROSS,
     Calibration,
@@ -334,7 +334,9 @@ class HybridSearcher:
             key = (request.granularity, scope is not None)
             languages = [hit_language(language, hit.text) for hit in hits]
             hits = bridged(query, hits, languages, known)
-            general = general_question(query, terms, scope)
+            general = general_question(
+                query, terms, scope, self._general_margin(query, language, vector, mode)
+            )
             # a relation of someone the question names (苏婷的老公) that no candidate says
             # near their name
             others_kin = (
@@ -362,7 +364,9 @@ class HybridSearcher:
                     if language == "en"
                     else max(
                         unknown_name([name for name in names if name.isascii()], scope),
-                        general,
+                        # its shape only: a chat in English says none of its Chinese words,
+                        # and the next rule looks for them in English
+                        general_question(query, terms, scope),
                         general_question_of_english(query, texts, known),
                     )
                 )
@@ -378,6 +382,22 @@ class HybridSearcher:
             )
         self.latency.observe(time.perf_counter() - began)
         return hits
+
+    def _general_margin(
+        self, query: str, language: str, vector: np.ndarray | None, mode: str
+    ) -> Callable[[], float] | None:
+        """How much closer the question comes to questions of general knowledge than to
+        questions about a user's memory (:func:`~convmem.retrieve.background.general_margin`),
+        computed when called, for a one-line question with a vector side of a model whose
+        fits read the ``typical`` feature (their banks' margin was measured with it); None
+        otherwise."""
+        if not self.typical or vector is None or mode == "lexical" or is_window(query):
+            return None
+        norm = float(np.linalg.norm(vector))
+        if not norm or f"general_{language}" not in BACKGROUND_FILES:
+            return None
+        unit = vector / norm
+        return lambda: general_margin(self.embedding, unit, language)
 
     def _typical(self, query: str, language: str, vector: np.ndarray | None) -> float | None:
         """The question's best cosine with everyday chat in its language
