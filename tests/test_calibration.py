@@ -22,6 +22,7 @@ from convmem.retrieve.calibration import (
     CALIBRATIONS,
     CROSS,
     GENERAL_MARGIN,
+    GENERAL_MARGIN_SAID,
     RARITY_SCALE,
     UNSCOPED,
     Calibration,
@@ -552,8 +553,8 @@ def test_a_general_how_to_or_what_is_question_is_no_memory() -> None:
 
 def test_a_general_question_without_the_how_or_what_shape_reads_the_banks_margin() -> None:
     """马拉松全程是多少公里 asks the world, though no 怎么 or 什么是 says so: the question banks'
-    margin decides, and is computed only where the question says nothing of anyone and the
-    conversation none of its specific words."""
+    margin decides, is computed only where the question says nothing of anyone and the
+    conversation not all of its specific words, and must be wider where it says some."""
     scope = (6, {"护照": 2, "酒店": 3})
     question = "马拉松全程是多少公里？"
     terms = specific_terms(question)
@@ -570,10 +571,25 @@ def test_a_general_question_without_the_how_or_what_shape_reads_the_banks_margin
     assert general_question(question, terms, scope, margin(GENERAL_MARGIN + 0.01)) == 1.0
     assert general_question(question, terms, scope, margin(GENERAL_MARGIN - 0.01)) == 0.0
     assert len(asked) == 2
-    # someone's, or words the conversation says: the margin is never computed
-    for other in ("我的马拉松全程是多少公里？", "护照多久过期？"):
-        assert general_question(other, specific_terms(other), scope, margin(1.0)) == 0.0
+    # someone's, or only words the conversation says: the margin is never computed
+    said_all = (6, {term: 1 for term in terms})
+    assert general_question("我的马拉松全程是多少公里？", terms, scope, margin(1.0)) == 0.0
+    assert general_question(question, terms, said_all, margin(1.0)) == 0.0
     assert len(asked) == 2
+    # one of its words said: a wider margin
+    said_one = (6, {terms[0]: 1})
+    assert GENERAL_MARGIN_SAID > GENERAL_MARGIN
+    assert general_question(question, terms, said_one, margin(GENERAL_MARGIN_SAID - 0.01)) == 0.0
+    assert general_question(question, terms, said_one, margin(GENERAL_MARGIN_SAID + 0.01)) == 1.0
+    # what the question points at itself (这个成语) or a lone capital (维生素D) is no one, for
+    # the margin; the shape alone still wants no such word
+    for other in ("“画蛇添足”这个成语是什么意思？", "维生素D缺乏会有哪些症状"):
+        other_terms = specific_terms(other)
+        assert general_question(other, other_terms, scope, margin(1.0)) == 1.0, other
+        assert general_question(other, other_terms, scope) == 0.0, other
+    # a Latin word, something pointed at in the past (那家), a name: someone's
+    for other in ("如何用Excel删除重复的行", "那家店叫什么", "林峰哪年出生的"):
+        assert general_question(other, specific_terms(other), scope, margin(1.0)) == 0.0, other
 
 
 def test_a_general_question_of_a_chat_finds_nothing_and_reads_the_unknown_name_weight(

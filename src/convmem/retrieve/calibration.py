@@ -43,6 +43,7 @@ __all__ = [
     "CROSS",
     "DEFAULT_MIN_SCORE",
     "GENERAL_MARGIN",
+    "GENERAL_MARGIN_SAID",
     "RARITY_SCALE",
     "UNSCOPED",
     "Calibration",
@@ -649,6 +650,12 @@ _PERSONAL = re.compile(
     r"[我你您咱俺他她]|[那这](?:个|家|次|位|天|回|件|只|辆|本|部|所|条|张|台|趟|场|款)"
     r"|上次|上回|之前|那时|当时|后来|[A-Za-z]"
 )
+# ... which the banks' margin reads more narrowly: "这个成语", "这种病" point at what the
+# question itself says, and a lone capital is part of a word (维生素D, B超, A股)
+_PERSONAL_MEANT = re.compile(
+    r"[我你您咱俺他她]|那(?:个|家|次|位|天|回|件|只|辆|本|部|所|条|张|台|趟|场|款)"
+    r"|上次|上回|之前|那时|当时|后来|[A-Za-z]{2,}"
+)
 _KIN = RELATIONS | FAMILY
 
 
@@ -684,11 +691,12 @@ def general_question_english(
     return 1.0 if topic_unsaid(terms, texts, tokens) else 0.0
 
 
-def _of_anyone(query: str) -> bool:
+def _of_anyone(query: str, personal: re.Pattern[str] = _PERSONAL) -> bool:
     """Whether a Chinese question says something of someone: a person (我, 他), one
-    pointed at (那个), a Latin word, a relation or a name (林峰, 马老师)."""
+    pointed at (那个), a Latin word, a relation or a name (林峰, 马老师); ``personal``: the
+    pattern of the first three."""
     return bool(
-        _PERSONAL.search(query)
+        personal.search(query)
         or any(word in query for word in _KIN)
         or chinese_names(query)
         or address_names(query)
@@ -719,6 +727,8 @@ def general_question_of_english(
 #: memory (:func:`~convmem.retrieve.background.general_margin`) a question without the how
 #: or what shape must come for :func:`general_question`.
 GENERAL_MARGIN = 0.02
+#: The margin a question needs when the conversation says some of its specific words.
+GENERAL_MARGIN_SAID = 0.05
 
 
 def general_question(
@@ -727,25 +737,33 @@ def general_question(
     scope: tuple[int, Mapping[str, int]] | None,
     margin: Callable[[], float] | None = None,
 ) -> float:
-    """1.0 for a Chinese question of general knowledge: it asks how to do something or what
-    something is (怎么做番茄炒蛋, 什么是区块链) or, by ``margin`` (the question's
-    :func:`~convmem.retrieve.background.general_margin`, computed only when the rest holds),
-    comes closer to questions of general knowledge than to questions about a user's memory
-    by :data:`GENERAL_MARGIN` (马拉松全程是多少公里, 秘鲁的首都是哪里); it says nothing of
-    anyone (no 我, 他, relation, name or 那个), and the conversation says none of its most
-    specific words (:func:`specific_terms`); it reads ``unknown_name``'s weight. 0.0
-    otherwise, and without scope statistics or for an empty scope. "怎么联系物业" asked of a
-    chat that gave the property office's number says 物业, so it is memory."""
+    """1.0 for a Chinese question of general knowledge, which reads ``unknown_name``'s
+    weight; 0.0 otherwise, and without scope statistics or for an empty scope. Either it
+    asks how to do something or what something is (怎么做番茄炒蛋, 什么是区块链), says
+    nothing of anyone (no 我, 他, relation, name, 那个 or 这个, Latin letter) and the
+    conversation says none of its most specific words (:func:`specific_terms`): "怎么联系
+    物业" asked of a chat that gave the property office's number says 物业, so it is memory.
+    Or, whatever its shape, ``margin`` (the question's
+    :func:`~convmem.retrieve.background.general_margin`, computed only when the rest holds)
+    says it comes closer to questions of general knowledge than to questions about a user's
+    memory, by :data:`GENERAL_MARGIN` where the conversation says none of its specific words
+    (马拉松全程是多少公里, 秘鲁的首都是哪里) and by :data:`GENERAL_MARGIN_SAID` where it says
+    some but not all; it says nothing of anyone, read more narrowly (这个成语 and 维生素D
+    are no one)."""
     if not terms or scope is None or scope[0] == 0 or not is_mostly_cjk(query):
         return 0.0
-    if _of_anyone(query):
+    anyone = _of_anyone(query)
+    if anyone and (margin is None or _of_anyone(query, _PERSONAL_MEANT)):
         return 0.0
     counts = scope[1]
-    if any(counts.get(term, 0) for term in terms):
+    said = sum(1 for term in terms if counts.get(term, 0))
+    if said == len(terms):
         return 0.0
-    if _HOW_OR_WHAT.search(query) or (margin is not None and margin() > GENERAL_MARGIN):
+    if not said and not anyone and _HOW_OR_WHAT.search(query):
         return 1.0
-    return 0.0
+    if margin is None:
+        return 0.0
+    return 1.0 if margin() > (GENERAL_MARGIN if not said else GENERAL_MARGIN_SAID) else 0.0
 
 
 def synonym_terms(
