@@ -495,6 +495,10 @@ def test_a_question_opening_with_someone_no_name_finder_takes_names_them_where_s
     assert people("郭玉兰的老伴是做什么的？", None, ["我老伴今天去钓鱼了"]) == []
     assert people("那个的老伴是谁", None, ["那个"]) == []
     assert people("子轩的班主任是谁？", None, ["大儿子黄子轩刚上初一"]) == ["子轩"]
+    # a common word is a place or a thing, whose people chat names otherwise (我们老板姓王);
+    # a doubled name is a name though the dictionary holds it
+    assert people("公司的老板是谁", None, ["我们公司在车公庙"]) == []
+    assert people("满满的儿科医生叫什么", None, ["满满的婴儿车是好孩子的"]) == ["满满"]
 
 
 def test_a_question_about_a_relation_of_someone_the_chat_never_gives_is_unknown(

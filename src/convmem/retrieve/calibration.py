@@ -28,6 +28,7 @@ from convmem.text import (
     is_mostly_cjk,
     keywords,
     tokenize,
+    word_frequency,
     words,
 )
 from convmem.text.bilingual import bridge, question_terms, topic_unsaid
@@ -578,6 +579,9 @@ _KIN_SPELLED = _kin_spelled()
 # 子轩, 朵朵) and asks of their relation: the two or three characters before 的
 _OPENS_WITH_PERSON = re.compile(r"^([\u4e00-\u9fff]{2,3}?)的")
 _NOT_A_PERSON = tuple("我你他她它这那咱谁哪啥每各")
+# ... and no common word (公司的老板, 店里的保姆: a place, whose people chat names otherwise);
+# a doubled name (朵朵, 满满) is one even where the dictionary holds it
+_PERSON_WORD_BELOW = 100
 # how many characters may stand between 的 and the relation (朵朵的钢琴老师)
 _KIN_MODIFIER = 2
 
@@ -593,6 +597,10 @@ def people(query: str, named: Sequence[str] | None, texts: Sequence[str]) -> lis
         if (
             not person.startswith(_NOT_A_PERSON)
             and person not in _KIN_SPELLED
+            and (
+                (len(person) == 2 and person[0] == person[1])
+                or word_frequency(person) < _PERSON_WORD_BELOW
+            )
             and any(_name_key(person) in text for text in texts)
         ):
             found.append(person)
@@ -650,8 +658,8 @@ _PERSONAL = re.compile(
     r"[我你您咱俺他她]|[那这](?:个|家|次|位|天|回|件|只|辆|本|部|所|条|张|台|趟|场|款)"
     r"|上次|上回|之前|那时|当时|后来|[A-Za-z]"
 )
-# ... which the banks' margin reads more narrowly: "这个成语", "这种病" point at what the
-# question itself says, and a lone capital is part of a word (维生素D, B超, A股)
+# ... which the banks' margin reads more narrowly (a part of _PERSONAL): "这个成语", "这种病"
+# point at what the question itself says, and a lone capital is part of a word (维生素D, B超)
 _PERSONAL_MEANT = re.compile(
     r"[我你您咱俺他她]|那(?:个|家|次|位|天|回|件|只|辆|本|部|所|条|张|台|趟|场|款)"
     r"|上次|上回|之前|那时|当时|后来|[A-Za-z]{2,}"
@@ -691,16 +699,15 @@ def general_question_english(
     return 1.0 if topic_unsaid(terms, texts, tokens) else 0.0
 
 
-def _of_anyone(query: str, personal: re.Pattern[str] = _PERSONAL) -> bool:
+def _of_anyone(query: str) -> bool:
     """Whether a Chinese question says something of someone: a person (我, 他), one
-    pointed at (那个), a Latin word, a relation or a name (林峰, 马老师); ``personal``: the
-    pattern of the first three."""
-    return bool(
-        personal.search(query)
-        or any(word in query for word in _KIN)
-        or chinese_names(query)
-        or address_names(query)
-    )
+    pointed at (那个), a Latin word, a relation or a name (林峰, 马老师)."""
+    return bool(_PERSONAL.search(query)) or _names_someone(query)
+
+
+def _names_someone(query: str) -> bool:
+    """Whether a Chinese question names a relation or a person (林峰, 马老师)."""
+    return bool(any(word in query for word in _KIN) or chinese_names(query) or address_names(query))
 
 
 def general_question_of_english(
@@ -752,8 +759,12 @@ def general_question(
     are no one)."""
     if not terms or scope is None or scope[0] == 0 or not is_mostly_cjk(query):
         return 0.0
-    anyone = _of_anyone(query)
-    if anyone and (margin is None or _of_anyone(query, _PERSONAL_MEANT)):
+    # someone for both readings (我, 那家, a Latin word, a relation, a name); then 这个 or a
+    # lone capital, someone for the shape only
+    if _PERSONAL_MEANT.search(query) or _names_someone(query):
+        return 0.0
+    anyone = bool(_PERSONAL.search(query))
+    if anyone and margin is None:
         return 0.0
     counts = scope[1]
     said = sum(1 for term in terms if counts.get(term, 0))

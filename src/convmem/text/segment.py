@@ -39,6 +39,7 @@ __all__ = [
     "surname_opening",
     "tokenize",
     "tokenizer_signature",
+    "word_frequency",
     "word_text",
     "words",
 ]
@@ -395,6 +396,12 @@ def chinese_names(text: str) -> list[str]:
         ):
             found.append(word)
     return found
+
+
+def word_frequency(word: str) -> int:
+    """How often jieba's dictionary counts ``word`` (0 for a word it does not hold): 公司
+    45,604, 店里 408, 朵朵 44, 郭玉兰 0."""
+    return int(_jieba().dt.FREQ.get(word) or 0)
 
 
 # How chat names a person by surname: 老周, 小王, 阿珍 (as chinese_names), 周总, 王姐, and a
