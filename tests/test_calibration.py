@@ -22,6 +22,7 @@ from convmem.retrieve.calibration import (
     CALIBRATIONS,
     CROSS,
     GENERAL_MARGIN,
+    GENERAL_MARGIN_FOLLOW_UP,
     GENERAL_MARGIN_SAID,
     RARITY_SCALE,
     UNSCOPED,
@@ -35,6 +36,7 @@ from convmem.retrieve.calibration import (
     name_terms,
     name_variants,
     names,
+    names_anyone,
     people,
     question_language,
     relevance,
@@ -594,6 +596,32 @@ def test_a_general_question_without_the_how_or_what_shape_reads_the_banks_margin
     # a Latin word, something pointed at in the past (那家), a name: someone's
     for other in ("如何用Excel删除重复的行", "那家店叫什么", "林峰哪年出生的"):
         assert general_question(other, specific_terms(other), scope, margin(1.0)) == 0.0, other
+
+
+def test_a_follow_up_of_a_general_question_asks_general_knowledge_too() -> None:
+    """ "马拉松全程是多少公里？半程呢？" is searched part by part; where one part asks general
+    knowledge, a part that names no one needs only a margin not clearly about memory."""
+    scope = (6, {"酒店": 3})
+
+    def margin(value: float) -> Callable[[], float]:
+        return lambda: value
+
+    part = "出自哪里"
+    terms = specific_terms(part)
+    below = GENERAL_MARGIN_FOLLOW_UP + 0.02
+    assert below < GENERAL_MARGIN
+    assert general_question(part, terms, scope, margin(below)) == 0.0
+    assert general_question(part, terms, scope, margin(below), follow_up=True) == 1.0
+    assert (
+        general_question(part, terms, scope, margin(GENERAL_MARGIN_FOLLOW_UP - 0.01), True) == 0.0
+    )
+    # what the chat says, or someone's, stays memory
+    said = "酒店订在哪"
+    assert general_question(said, specific_terms(said), scope, margin(1.0), True) == 0.0
+    assert general_question("我出自哪里", terms, scope, margin(1.0), follow_up=True) == 0.0
+    assert not names_anyone(part) and not names_anyone("“画蛇添足”这个成语是什么意思")
+    for someone in ("我的车", "那家店叫什么", "林峰哪年出生的", "Where is it?"):
+        assert names_anyone(someone), someone
 
 
 def test_a_general_question_of_a_chat_finds_nothing_and_reads_the_unknown_name_weight(

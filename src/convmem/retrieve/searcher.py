@@ -43,6 +43,7 @@ from convmem.retrieve.calibration import (
     kin_of_named,
     name_terms,
     name_variants,
+    names_anyone,
     question_language,
     relation_terms,
     specific_terms,
@@ -147,7 +148,10 @@ class HybridSearcher:
         With ``request.decompose``, a question that asks several things
         (:func:`~convmem.text.split_questions`: "A？还有B") is searched part by part and
         the parts' hits interleaved (:func:`~convmem.retrieve.fusion.interleave`); each
-        hit names its part in ``metadata["sub_query"]``.
+        hit names its part in ``metadata["sub_query"]``. Where one part asks general
+        knowledge (:func:`~convmem.retrieve.calibration.general_question`), a part that
+        names no one is its follow-up and asks it too ("马拉松全程是多少公里？半程呢？",
+        "“画蛇添足”是什么意思？出自哪里？").
         """
         parts = (
             split_questions(request.query_text)
@@ -155,12 +159,19 @@ class HybridSearcher:
             else []
         )
         if len(parts) < 2:
-            return self._search(request)
-        ranked = [
-            (part, self._search(replace(request, query_text=part, decompose=False)))
+            return self._search(request)[0]
+        searched = [
+            (part, *self._search(replace(request, query_text=part, decompose=False)))
             for part in parts
         ]
-        return interleave(ranked, request.top_k)
+        if any(general for _, _, general in searched):
+            searched = [
+                (part, hits, general)
+                if general or names_anyone(part)
+                else (part, *self._search(replace(request, query_text=part, decompose=False), True))
+                for part, hits, general in searched
+            ]
+        return interleave([(part, hits) for part, hits, _ in searched], request.top_k)
 
     def _widen(
         self,
@@ -188,7 +199,12 @@ class HybridSearcher:
         other = sum(1 for row in rows.values() if hit_language("zh", row[1]) == CROSS)
         return other * 2 > len(rows)
 
-    def _search(self, request: SearchRequest) -> list[Hit]:
+    def _search(
+        self, request: SearchRequest, general_follow_up: bool = False
+    ) -> tuple[list[Hit], bool]:
+        """The hits of one question (or part of one) and whether the general-question rule
+        marked it; ``general_follow_up``: it follows a part that asks general knowledge
+        and names no one, so it asks general knowledge too."""
         if not is_window(request.query_text):
             # "你还记得…吗": the frame is no part of what is asked, nor is the news of the
             # day a message wraps its question in ("我昨天吃了火锅。对了，张伟在哪上班？")
@@ -328,6 +344,7 @@ class HybridSearcher:
             )
         else:
             hits = chunk_evidence(hits, lexical_query, similarity)
+        asked_general = False
         if request.min_score is not None:
             # each hit reads its language's own fit when it is in the question's language,
             # the cross-language fit when it is in the other
@@ -335,8 +352,13 @@ class HybridSearcher:
             languages = [hit_language(language, hit.text) for hit in hits]
             hits = bridged(query, hits, languages, known)
             general = general_question(
-                query, terms, scope, self._general_margin(query, language, vector, mode)
+                query,
+                terms,
+                scope,
+                self._general_margin(query, language, vector, mode),
+                follow_up=general_follow_up,
             )
+            asked_general = general == 1.0
             # a relation of someone the question names (苏婷的老公) that no candidate says
             # near their name
             others_kin = (
@@ -381,7 +403,7 @@ class HybridSearcher:
                 typical=self._typical(query, language, vector if mode != "lexical" else None),
             )
         self.latency.observe(time.perf_counter() - began)
-        return hits
+        return hits, asked_general
 
     def _general_margin(
         self, query: str, language: str, vector: np.ndarray | None, mode: str
