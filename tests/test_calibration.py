@@ -558,8 +558,8 @@ def test_a_general_how_to_or_what_is_question_is_no_memory() -> None:
 
 
 def test_a_general_question_without_the_how_or_what_shape_reads_the_banks_margin() -> None:
-    """马拉松全程是多少公里 asks the world, though no 怎么 or 什么是 says so: the question banks'
-    margin decides, is computed only where the question says nothing of anyone and the
+    """A question in no how / what shape (马拉松全程是多少公里): the question banks' margin
+    decides whether it asks the world, is computed only where the question says nothing of anyone and the
     conversation not all of its specific words, and must be wider where it says some."""
     scope = (6, {"护照": 2, "酒店": 3})
     question = "马拉松全程是多少公里？"

@@ -15,11 +15,11 @@ cosine with them; the calibration weighs it against the question's best cosine i
 memory (the cohort normalisation of speaker verification, with a fitted weight).
 
 It ships two banks of questions too (``general_zh.txt``: questions of general knowledge or
-general how-to, 珠穆朗玛峰有多高, Excel里怎么做数据透视表; ``personal_zh.txt``: questions about
-what a user told an assistant, 看牙约在哪天, 老周的电话多少来着; written apart from every
+general how-to, 地球到月球大概有多少公里, Excel里怎么做数据透视表; ``personal_zh.txt``: questions
+about what a user told an assistant, 那家火锅店叫什么, 老周的电话多少来着; written apart from every
 evaluation set, and any line within cosine .8 of one of their questions left out).
 :func:`general_margin` is how much closer a question comes to the first than to the second:
-whether it asks the world or the user's memory, whatever its shape (马拉松全程是多少公里
+whether it asks the world or the user's memory, whatever its shape (一场足球比赛正常是多少分钟
 asks the world, though no "how" or "what is" says so).
 
 A model's background vectors are embedded once per process, on first use, unless convmem

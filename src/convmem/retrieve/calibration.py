@@ -769,7 +769,7 @@ def general_question(
     :func:`~convmem.retrieve.background.general_margin`, computed only when the rest holds)
     says it comes closer to questions of general knowledge than to questions about a user's
     memory, by :data:`GENERAL_MARGIN` where the conversation says none of its specific words
-    (马拉松全程是多少公里, 秘鲁的首都是哪里) and by :data:`GENERAL_MARGIN_SAID` where it says
+    (一场足球比赛正常是多少分钟, 秘鲁的首都是哪里) and by :data:`GENERAL_MARGIN_SAID` where it says
     some but not all; it says nothing of anyone, read more narrowly (这个成语 and 维生素D
     are no one). ``follow_up``: the question is a part of one whose other part asks general
     knowledge; a margin above :data:`GENERAL_MARGIN_FOLLOW_UP` is enough."""
