@@ -716,9 +716,15 @@ def names_anyone(query: str) -> bool:
     return bool(_PERSONAL_MEANT.search(query)) or _names_someone(query)
 
 
-def _names_someone(query: str) -> bool:
-    """Whether a Chinese question names a relation or a person (林峰, 马老师)."""
-    return bool(any(word in query for word in _KIN) or chinese_names(query) or address_names(query))
+def _names_someone(query: str, named: Sequence[str] | None = None) -> bool:
+    """Whether a Chinese question names a relation or a person (林峰, 马老师); ``named``: the
+    question's :func:`names` where the caller has them already (jieba's tagger is the slow
+    part of reading them)."""
+    if any(word in query for word in _KIN):
+        return True
+    if named is not None:
+        return bool(named)
+    return bool(chinese_names(query) or address_names(query))
 
 
 def general_question_of_english(
@@ -758,6 +764,7 @@ def general_question(
     scope: tuple[int, Mapping[str, int]] | None,
     margin: Callable[[], float] | None = None,
     follow_up: bool = False,
+    named: Sequence[str] | None = None,
 ) -> float:
     """1.0 for a Chinese question of general knowledge, which reads ``unknown_name``'s
     weight; 0.0 otherwise, and without scope statistics or for an empty scope. Either it
@@ -772,12 +779,13 @@ def general_question(
     (一场足球比赛正常是多少分钟, 秘鲁的首都是哪里) and by :data:`GENERAL_MARGIN_SAID` where it says
     some but not all; it says nothing of anyone, read more narrowly (这个成语 and 维生素D
     are no one). ``follow_up``: the question is a part of one whose other part asks general
-    knowledge; a margin above :data:`GENERAL_MARGIN_FOLLOW_UP` is enough."""
+    knowledge; a margin above :data:`GENERAL_MARGIN_FOLLOW_UP` is enough. ``named``: the
+    question's :func:`names` where the caller has them already."""
     if not terms or scope is None or scope[0] == 0 or not is_mostly_cjk(query):
         return 0.0
     # someone for both readings (我, 那家, a Latin word, a relation, a name); then 这个 or a
     # lone capital, someone for the shape only
-    if _PERSONAL_MEANT.search(query) or _names_someone(query):
+    if _PERSONAL_MEANT.search(query) or _names_someone(query, named):
         return 0.0
     anyone = bool(_PERSONAL.search(query))
     if anyone and margin is None:

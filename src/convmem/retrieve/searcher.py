@@ -351,12 +351,14 @@ class HybridSearcher:
             key = (request.granularity, scope is not None)
             languages = [hit_language(language, hit.text) for hit in hits]
             hits = bridged(query, hits, languages, known)
+            unit = self._question_unit(query, vector if mode != "lexical" else None)
             general = general_question(
                 query,
                 terms,
                 scope,
-                self._general_margin(query, language, vector, mode),
+                self._general_margin(language, unit),
                 follow_up=general_follow_up,
+                named=asked_names,
             )
             asked_general = general == 1.0
             # a relation of someone the question names (苏婷的老公) that no candidate says
@@ -388,7 +390,7 @@ class HybridSearcher:
                         unknown_name([name for name in names if name.isascii()], scope),
                         # its shape only: a chat in English says none of its Chinese words,
                         # and the next rule looks for them in English
-                        general_question(query, terms, scope),
+                        general_question(query, terms, scope, named=asked_names),
                         general_question_of_english(query, texts, known),
                     )
                 )
@@ -400,39 +402,36 @@ class HybridSearcher:
                 absent=absent_share(terms, scope, said_as),
                 rarity=absent_rarity(query, scope, said_as),
                 unknown=unknown,
-                typical=self._typical(query, language, vector if mode != "lexical" else None),
+                typical=self._typical(language, unit),
             )
         self.latency.observe(time.perf_counter() - began)
         return hits, asked_general
 
-    def _general_margin(
-        self, query: str, language: str, vector: np.ndarray | None, mode: str
-    ) -> Callable[[], float] | None:
-        """How much closer the question comes to questions of general knowledge than to
-        questions about a user's memory (:func:`~convmem.retrieve.background.general_margin`),
-        computed when called, for a one-line question with a vector side of a model whose
-        fits read the ``typical`` feature (their banks' margin was measured with it); None
-        otherwise."""
-        if not self.typical or vector is None or mode == "lexical" or is_window(query):
+    def _question_unit(self, query: str, vector: np.ndarray | None) -> np.ndarray | None:
+        """The question's vector, L2-normalised, where the model's fits read the question
+        features that compare it with shipped lines (``typical``, the question banks'
+        margin): a one-line question with a vector side; None otherwise."""
+        if not self.typical or vector is None or is_window(query):
             return None
         norm = float(np.linalg.norm(vector))
-        if not norm or f"general_{language}" not in BACKGROUND_FILES:
+        return vector / norm if norm else None
+
+    def _general_margin(self, language: str, unit: np.ndarray | None) -> Callable[[], float] | None:
+        """How much closer the question (``unit``: :meth:`_question_unit`) comes to
+        questions of general knowledge than to questions about a user's memory
+        (:func:`~convmem.retrieve.background.general_margin`), computed when called; None
+        without a unit vector or banks in ``language``."""
+        if unit is None or f"general_{language}" not in BACKGROUND_FILES:
             return None
-        unit = vector / norm
         return lambda: general_margin(self.embedding, unit, language)
 
-    def _typical(self, query: str, language: str, vector: np.ndarray | None) -> float | None:
-        """The question's best cosine with everyday chat in its language
-        (:func:`~convmem.retrieve.background.typical_similarity`), for a one-line question
-        with a vector side where the model's fits read it; None otherwise."""
-        if not self.typical or vector is None or language not in BACKGROUND_FILES:
+    def _typical(self, language: str, unit: np.ndarray | None) -> float | None:
+        """The question's (``unit``: :meth:`_question_unit`) best cosine with everyday chat
+        in its language (:func:`~convmem.retrieve.background.typical_similarity`); None
+        without a unit vector or background lines in ``language``."""
+        if unit is None or language not in BACKGROUND_FILES:
             return None
-        if is_window(query):
-            return None
-        norm = float(np.linalg.norm(vector))
-        if not norm:
-            return None
-        return typical_similarity(self.embedding, vector / norm, language)
+        return typical_similarity(self.embedding, unit, language)
 
     def _stored_parts(
         self, tenant: str, rows: dict[int, tuple[str, str, dict[str, Any]]], vectors: bool
