@@ -170,6 +170,24 @@ def _positions(hits: list[Any], evidence: set[int]) -> list[int]:
     return [i for i, hit in enumerate(hits) if set(hit.metadata.get("turn_seqs") or []) & evidence]
 
 
+# --tenant-wide: each conversation in a tenant of its own (the tenant named as the
+# conversation), its questions asked without a filter
+TENANT_WIDE = {"on": False}
+
+
+def _home(memory: Memory, conversation_id: str) -> Memory:
+    """Where a conversation's turns go and its questions are asked."""
+    return memory.for_tenant(conversation_id) if TENANT_WIDE["on"] else memory
+
+
+def _add(memory: Memory, conversations: list[tuple[str, list[dict[str, Any]]]]) -> None:
+    """Add each conversation's turns (to its own tenant with --tenant-wide) and index them."""
+    for conversation_id, turns in conversations:
+        _home(memory, conversation_id).add_turns(conversation_id, turns)
+    for conversation_id, _ in conversations:
+        _home(memory, conversation_id).flush(timeout=3600)
+
+
 def _case(
     memory: Memory,
     text: str,
@@ -183,7 +201,9 @@ def _case(
     """One question searched without a threshold: answerable when ``evidence`` is given
     (top 10), unrelated otherwise (top 5); ``group``: its (set, split); ``chat``: the
     language the conversation is written in."""
-    hits = memory.search(text, 10 if evidence else 5, scope, granularity=granularity, min_score=0)
+    home = _home(memory, scope["conversation_id"])
+    where = None if TENANT_WIDE["on"] else scope
+    hits = home.search(text, 10 if evidence else 5, where, granularity=granularity, min_score=0)
     return {
         "set": group[0],
         "split": group[1],
@@ -198,9 +218,7 @@ def _case(
 
 def facts_cases(memory: Memory, granularity: str) -> list[Case]:
     chats = [json.loads(line) for line in DATA_FILE.read_text(encoding="utf-8").splitlines()]
-    for chat in chats:
-        memory.add_turns(chat["conversation_id"], chat["turns"])
-    memory.flush(timeout=600)
+    _add(memory, [(chat["conversation_id"], chat["turns"]) for chat in chats])
     english = TRANSLATED["facts_zh_to_en"]
     cases: list[Case] = []
     for chat in chats:
@@ -288,9 +306,8 @@ def paraphrase_cases(memory: Memory, granularity: str) -> list[Case]:
                 }
                 for i, text in enumerate(lines)
             ]
-            memory.add_turns(conversation_id, turns)
+            _add(memory, [(conversation_id, turns)])
             chats.append((conversation_id, split, facts, lines))
-    memory.flush(timeout=600)
     chinese = TRANSLATED["paraphrase_en_to_zh"]
     cases: list[Case] = []
     for conversation_id, split, facts, lines in chats:
@@ -320,9 +337,7 @@ def chat_cases(memory: Memory, granularity: str) -> list[Case]:
     chats = [
         ((name, file_of(chat)), chat) for name, files in sets.items() for chat in load_chats(files)
     ]
-    for _, chat in chats:
-        memory.add_turns(chat["conversation_id"], chat["turns"])
-    memory.flush(timeout=600)
+    _add(memory, [(chat["conversation_id"], chat["turns"]) for _, chat in chats])
     cases: list[Case] = []
     for group, chat in chats:
         scope = {"conversation_id": chat["conversation_id"]}
@@ -344,11 +359,10 @@ def chat_cases(memory: Memory, granularity: str) -> list[Case]:
 def locomo_cases(memory: Memory, granularity: str) -> list[Case]:
     samples = json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8"))
     mapping: dict[str, dict[str, int]] = {}
-    for sample in samples:
-        conversation_id, turns = locomo_conversation(sample)
+    conversations = [locomo_conversation(sample) for sample in samples]
+    for conversation_id, turns in conversations:
         mapping[conversation_id] = {t["meta"]["dia_id"]: t["turn_id"] for t in turns}
-        memory.add_turns(conversation_id, turns)
-    memory.flush(timeout=3600)
+    _add(memory, conversations)
     chinese = TRANSLATED["locomo_to_zh"]
     cases: list[Case] = []
     group = ("locomo", "dev")
@@ -567,7 +581,14 @@ def main() -> int:
     parser.add_argument(
         "--unscoped",
         action="store_true",
-        help="fit without the question features: the calibration of tenant-wide searches",
+        help="fit without the question features: the fit a tenant-wide search's turn rank "
+        "reads (UNSCOPED)",
+    )
+    parser.add_argument(
+        "--tenant-wide",
+        action="store_true",
+        help="each conversation in a tenant of its own, its questions asked without a "
+        "conversation filter (what a tenant-wide search of one conversation's memory gives)",
     )
     parser.add_argument(
         "--no-best",
@@ -602,6 +623,7 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    TENANT_WIDE["on"] = args.tenant_wide
     embedder = resolve_embedder(args.embedder)
     with tempfile.TemporaryDirectory() as folder:
         base = Path(folder)
@@ -692,6 +714,7 @@ def main() -> int:
         "embedder": model_id,
         "granularity": args.granularity,
         "scoped": scoped,
+        "tenant_wide": args.tenant_wide,
         "fitted": fitted.__dict__,
         "language": args.language or "both",
         "fit_chats": args.fit_chats,

@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from convmem.governance import GovernancePolicy
-from facts_zh import _bm25_turns, _hit_turns, filled_memory
+from facts_zh import SCOPES, _bm25_turns, _hit_turns, asked_where, filled_memory
 from facts_zh_data import UNRELATED_QUESTIONS
 from marking import effective_keep
 from reports import save
@@ -119,9 +119,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     nothing: dict[str, list[float]] = {}
     lost: dict[str, list[float]] = {}
     kept: list[float] = []
-    with filled_memory(args.embedder, chats) as memory:
+    with filled_memory(args.embedder, chats, args.scope) as shared:
         for chat in chats:
-            scope = {"conversation_id": chat["conversation_id"]}
+            memory, scope = asked_where(shared, chat, args.scope)
             keep = effective_keep(chat["turns"], policy)
             for question in chat["questions"]:
                 evidence = set(question["evidence"])
@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     nothing.setdefault(kind, []).append(float(not memory.search(text, 5, scope)))
     return {
         "embedder": args.embedder,
+        "scope": args.scope,
         "chats": len(chats),
         "questions": sum(len(chat["questions"]) for chat in chats),
         "evidence_kept_by_marker": _mean(kept),
@@ -170,6 +171,13 @@ def main() -> int:
     parser.add_argument("--data", nargs="+", type=Path, default=DATA_FILES)
     parser.add_argument(
         "--entities", action="store_true", help="the entity chats (ENTITY_FILES) instead"
+    )
+    parser.add_argument(
+        "--scope",
+        choices=SCOPES,
+        default="conversation",
+        help="where questions are asked (bench/facts_zh.py SCOPES); with shared, every "
+        "chat's memory answers, so only the general questions are unrelated",
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

