@@ -307,11 +307,13 @@ def test_the_questions_best_cosine_is_one_feature_of_all_its_hits(travel: Memory
     lexical = travel.search("护照 过期 换发", top_k=3, min_score=0, mode="lexical")
     assert lexical and all("best_similarity" not in hit.metadata["evidence"] for hit in lexical)
     # the neural model's fits count it (hashing keeps its fits without it)
-    for table in (CALIBRATIONS, UNSCOPED):
-        for granularity in ("turn", "chunk"):
-            calibration = table[("usem3", granularity)]
-            weak, strong = (relevance(calibration, 0.3, 0.3, 0.2, best=b) for b in (0.2, 0.6))
-            assert strong > weak
+    for calibration in (
+        CALIBRATIONS[("usem3", "turn")],
+        CALIBRATIONS[("usem3", "chunk")],
+        UNSCOPED[("usem3", "turn")],
+    ):
+        weak, strong = (relevance(calibration, 0.3, 0.3, 0.2, best=b) for b in (0.2, 0.6))
+        assert strong > weak
 
 
 def test_a_question_about_something_the_conversation_never_mentions_is_marked(
@@ -332,9 +334,24 @@ def test_a_question_about_something_the_conversation_never_mentions_is_marked(
     found = travel.search("护照什么时候过期", top_k=5, min_score=0, filters=trip)
     assert found and all("absent" not in hit.metadata["evidence"] for hit in found)
     assert "2025年2月18日" in travel.search("护照什么时候过期", top_k=5, filters=trip)[0].text
-    # tenant-wide there are no scope statistics worth the name: the feature stays off
+    # tenant-wide the feature reads what the tenant says: with one conversation, the same
+    # hits at the same relevance as within it
     wide = travel.search("我的签证什么时候到期", top_k=5, min_score=0)
-    assert wide and all("absent" not in hit.metadata["evidence"] for hit in wide)
+    assert {hit.chunk_id: hit.metadata["relevance"] for hit in wide} == {
+        hit.chunk_id: hit.metadata["relevance"] for hit in hits
+    }
+    # another tenant's 签证 is not this tenant's word; another conversation's is
+    other = travel.for_tenant("acme")
+    other.add_turns("trip", make_turns(["我的签证下个月到期，得赶紧续签。"]))
+    other.flush()
+    wide = travel.search("我的签证什么时候到期", top_k=5, min_score=0)
+    assert wide and all(hit.metadata["evidence"].get("absent") == 1.0 for hit in wide)
+    travel.add_turns("work", make_turns(["公司说下周帮我办商务签证。"]))
+    travel.flush()
+    wide = travel.search("我的签证什么时候到期", top_k=5, min_score=0)
+    assert wide and all(hit.metadata["evidence"].get("absent", 0.0) < 1.0 for hit in wide)
+    within = travel.search("我的签证什么时候到期", top_k=5, min_score=0, filters=trip)
+    assert all(hit.metadata["evidence"].get("absent") == 1.0 for hit in within)
 
 
 def test_the_names_of_a_question_are_its_capitalised_words_inside_a_sentence() -> None:
@@ -677,22 +694,20 @@ def test_a_question_naming_someone_the_conversation_never_mentions_is_marked(
 def test_an_english_question_reads_the_english_fit_where_its_evidence_is_english() -> None:
     english = calibration_for("usem3", "turn", language="en")
     assert english is CALIBRATIONS[("usem3", "turn", "en")]
-    assert (
-        calibration_for("usem3", "turn", scoped=False, language="en")
-        is UNSCOPED[("usem3", "turn", "en")]
-    )
     # Chinese questions read usem3's own Chinese fit, which weighs the question's cosine
     # with everyday chat; chunk hits (no fit of their own for the language) read the
     # model's fit over both languages; a model without any fit reads usem3's, except a fit
     # that weighs the background's cosines (on each model's own scale)
     chinese = calibration_for("usem3", "turn", language="zh")
     assert chinese is CALIBRATIONS[("usem3", "turn", "zh")] and chinese.typical_weight < 0
-    wide = calibration_for("usem3", "turn", scoped=False, language="zh")
-    assert wide is UNSCOPED[("usem3", "turn", "zh")] and wide.typical_weight < 0
+    # a tenant-wide turn rank reads the fit over both languages without question features
+    # (the scores read the same fits as a conversation's)
+    assert calibration_for("usem3", "turn", scoped=False) is UNSCOPED[("usem3", "turn")]
     assert (
         calibration_for("my-model", "turn", scoped=False, language="zh")
         is UNSCOPED[("usem3", "turn")]
     )
+    assert calibration_for("hashing-512", scoped=False) is UNSCOPED[("hashing", "turn")]
     assert calibration_for("my-model", "turn", language="zh") is CALIBRATIONS[("usem3", "turn")]
     assert calibration_for("usem3", "chunk", language="en") is CALIBRATIONS[("usem3", "chunk")]
     hashing = calibration_for("hashing-512", "turn", language="en")

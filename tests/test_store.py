@@ -404,6 +404,47 @@ def test_a_long_conversation_is_read_through_the_indexes_with_the_same_scores(
         assert searched(5)[0] == (scanned, scope)
 
 
+def test_a_tenant_wide_search_reads_a_word_of_its_tenant_through_other_tenants_postings(
+    tmp_path: Path,
+) -> None:
+    """Whether a tenant says a word is read from the word's postings in the shared
+    full-text index, a batch at a time, past other tenants' and deleted rows; a word
+    whose first PRESENCE_POSTINGS postings are none of the tenant's counts as said (a
+    word wrongly said only lets a hit through, and reading on would read every posting
+    of a word common elsewhere)."""
+    with Memory.open(
+        str(tmp_path / "m.db"), embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0
+    ) as memory:
+        crowd = memory.for_tenant("crowd")
+        crowd.add_turns("c", make_turns([f"zebra number {i} crossed the road" for i in range(9)]))
+        crowd.flush()
+        memory.add_turns("mine", make_turns(["I saw a heron", "a zebra at the zoo", "gone"]))
+        memory.flush()
+        store = memory.store
+        zebra, heron, walrus, crossed = (
+            tokenize(w)[0] for w in ("zebra", "heron", "walrus", "crossed")
+        )
+        wide = parse_filters(None, tenant=memory.tenant)
+        store.PRESENCE_BATCH = 2  # the tenant's zebra comes after the crowd's chunks
+        found = (1, {zebra: 1, heron: 1, walrus: 0, crossed: 0})
+        assert store.tenant_terms(memory.tenant, wide, [zebra, heron, walrus, crossed]) == found
+        # past the cap, a word only other tenants say often counts as said
+        store.PRESENCE_POSTINGS = 2
+        assert store.tenant_terms(memory.tenant, wide, [crossed, walrus]) == (
+            1,
+            {crossed: 1, walrus: 0},
+        )
+        store.PRESENCE_POSTINGS = 64
+        # deleted: the tenant says nothing (and has no live chunk)
+        hits = memory.search("zebra zoo", top_k=5, min_score=0)
+        chunk_ids = sorted({hit.chunk_id for hit in hits})
+        assert memory.delete("mine", chunk_ids=chunk_ids).deleted == len(chunk_ids)
+        assert store.tenant_terms(memory.tenant, wide, [zebra]) == (0, {zebra: 0})
+        # the crowd's word is still its own
+        crowd_wide = parse_filters(None, tenant="crowd")
+        assert store.tenant_terms("crowd", crowd_wide, [zebra, heron]) == (1, {zebra: 1, heron: 0})
+
+
 def test_a_long_conversation_reads_its_vectors_from_the_hnsw_sidecar(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

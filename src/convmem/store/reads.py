@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from convmem.store.contract import Backend
+from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec, to_sql
 from convmem.store.records import matrix_bytes, select_in
 
@@ -48,6 +49,14 @@ class ChunkReads(Backend):
             f"SELECT c.rowid FROM chunks c WHERE {where}", [tenant, self.now(), *params]
         )
         return [int(row[0]) for row in rows]
+
+    def _any_live(self, conn: Connection, tenant: str, spec: FilterSpec) -> bool:
+        """Whether the filter admits any live chunk of ``tenant``."""
+        where, params = self._live_clause(spec)
+        found = conn.execute(
+            f"SELECT 1 FROM chunks c WHERE {where} LIMIT 1", [tenant, self.now(), *params]
+        ).fetchone()
+        return found is not None
 
     def admit(self, tenant: str, spec: FilterSpec, rowids: Sequence[int]) -> set[int]:
         """Which of ``rowids`` are live and pass the filter (post-check for ANN candidates)."""

@@ -12,6 +12,7 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -273,6 +274,41 @@ class SQLiteStore(SQLStore):
             if len(rows) < window:
                 return hits
             window *= 4
+
+    def _said(
+        self, conn: Connection, tenant: str, spec: FilterSpec, terms: Sequence[str]
+    ) -> set[str]:
+        """The terms' postings in the full-text index (every tenant's), a batch of each at a
+        time (each four times the last), all batches checked against the filter at once,
+        until one of a term's is a live row the filter admits."""
+        postings = {
+            term: iter(
+                conn.execute(
+                    "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?",
+                    (_phrase(term), self.PRESENCE_POSTINGS),
+                )
+            )
+            for term in terms
+        }
+        read = dict.fromkeys(terms, 0)
+        said: set[str] = set()
+        size = self.PRESENCE_BATCH
+        while postings:
+            batches = {
+                term: [int(row[0]) for row in islice(rows, size)] for term, rows in postings.items()
+            }
+            admitted = self.admit(
+                tenant, spec, [rowid for batch in batches.values() for rowid in batch]
+            )
+            for term, batch in batches.items():
+                read[term] += len(batch)
+                if admitted.intersection(batch) or read[term] >= self.PRESENCE_POSTINGS:
+                    said.add(term)
+                    del postings[term]
+                elif len(batch) < size:
+                    del postings[term]
+            size *= 4
+        return said
 
     def _scope_documents(self, tenant: str, spec: FilterSpec, terms: Collection[str]) -> Scope:
         """One conversation's rows under the filter. Its rowids come from the
