@@ -271,6 +271,7 @@ class HybridSearcher:
             if extra:
                 queries.append(tokenize(" ".join(extra)))
             # both rankings and the scope's counts from one read of a conversation's rows
+            # (tenant-wide: whether the tenant says each word)
             lexical, scope = self.store.lexical_in_scope(
                 request.tenant, spec, queries, pool, lookup
             )
