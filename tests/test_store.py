@@ -408,8 +408,9 @@ def test_a_tenant_wide_search_reads_a_word_of_its_tenant_through_other_tenants_p
     tmp_path: Path,
 ) -> None:
     """Whether a tenant says a word is read from the word's postings in the shared
-    full-text index, a batch at a time, past other tenants' and deleted rows; a word
-    whose first PRESENCE_POSTINGS postings are none of the tenant's counts as said (a
+    full-text index, a batch at a time, past other tenants' and deleted rows, or, where
+    the first batch does not tell and the tenant is small, from its own rows; a word
+    whose first PRESENCE_POSTINGS postings are none of a large tenant's counts as said (a
     word wrongly said only lets a hit through, and reading on would read every posting
     of a word common elsewhere)."""
     with Memory.open(
@@ -425,16 +426,30 @@ def test_a_tenant_wide_search_reads_a_word_of_its_tenant_through_other_tenants_p
             tokenize(w)[0] for w in ("zebra", "heron", "walrus", "crossed")
         )
         wide = parse_filters(None, tenant=memory.tenant)
-        store.PRESENCE_BATCH = 2  # the tenant's zebra comes after the crowd's chunks
+        asked = [zebra, heron, walrus, crossed]
         found = (1, {zebra: 1, heron: 1, walrus: 0, crossed: 0})
-        assert store.tenant_terms(memory.tenant, wide, [zebra, heron, walrus, crossed]) == found
+
+        def presence(terms: list[str]) -> tuple[object, bool]:
+            """tenant_terms, and whether it read the tenant's own rows' tokens."""
+            statements: list[str] = []
+            store._db().set_trace_callback(statements.append)
+            try:
+                counts = store.tenant_terms(memory.tenant, wide, terms)
+            finally:
+                store._db().set_trace_callback(None)
+            return counts, any("SELECT rowid, tokens FROM chunks_fts" in sql for sql in statements)
+
+        # the first batch of two postings of zebra and crossed is the crowd's: this small
+        # tenant's own rows answer
+        store.PRESENCE_BATCH = 2
+        assert presence(asked) == (found, True)
+        # a tenant past SCOPE_SCAN_ROWS reads on through the postings: the same answer
+        store.SCOPE_SCAN_ROWS = 0
+        assert presence(asked) == (found, False)
         # past the cap, a word only other tenants say often counts as said
         store.PRESENCE_POSTINGS = 2
-        assert store.tenant_terms(memory.tenant, wide, [crossed, walrus]) == (
-            1,
-            {crossed: 1, walrus: 0},
-        )
-        store.PRESENCE_POSTINGS = 64
+        assert presence([crossed, walrus]) == ((1, {crossed: 1, walrus: 0}), False)
+        del store.PRESENCE_POSTINGS, store.SCOPE_SCAN_ROWS  # the class's own again
         # deleted: the tenant says nothing (and has no live chunk)
         hits = memory.search("zebra zoo", top_k=5, min_score=0)
         chunk_ids = sorted({hit.chunk_id for hit in hits})

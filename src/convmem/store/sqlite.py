@@ -280,7 +280,11 @@ class SQLiteStore(SQLStore):
     ) -> set[str]:
         """The terms' postings in the full-text index (every tenant's), a batch of each at a
         time (each four times the last), all batches checked against the filter at once,
-        until one of a term's is a live row the filter admits."""
+        until one of a term's is a live row the filter admits. In a store of one tenant
+        the first batch answers. Where it does not and the filter admits at most
+        :attr:`SCOPE_SCAN_ROWS` rows (a small tenant beside large ones), those rows' own
+        tokens are read instead: a common word of the other tenants would cost its
+        postings."""
         postings = {
             term: iter(
                 conn.execute(
@@ -307,6 +311,20 @@ class SQLiteStore(SQLStore):
                     del postings[term]
                 elif len(batch) < size:
                     del postings[term]
+            if postings and size == self.PRESENCE_BATCH:
+                where, params = self._live_clause(spec)
+                scope = [
+                    int(row[0])
+                    for row in conn.execute(
+                        f"SELECT c.rowid FROM chunks c WHERE {where} LIMIT ?",
+                        [tenant, self.now(), *params, self.SCOPE_SCAN_ROWS + 1],
+                    )
+                ]
+                if len(scope) <= self.SCOPE_SCAN_ROWS:
+                    left = set(postings)
+                    for _, text in _tokens_of(conn, scope):
+                        said.update(left.intersection(text.split(" ")))
+                    return said
             size *= 4
         return said
 
