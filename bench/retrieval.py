@@ -77,7 +77,10 @@ def run_locomo(
     *,
     marker: str = "rules",
     policy: dict[str, Any] | None = None,
+    tenant_wide: bool = False,
 ) -> dict[str, Any]:
+    """LoCoMo dev, each question asked of its conversation: with a filter, or
+    (``tenant_wide``) with the conversation in a tenant of its own and no filter."""
     samples = json.loads((DATA / "locomo" / "locomo_dev7.json").read_text(encoding="utf-8"))
     embedder = resolve_embedder(embedder_spec)
     results: dict[str, Any] = {}
@@ -90,7 +93,11 @@ def run_locomo(
         marker=KeepAllMarker() if marker == "keep-all" else RuleMarker(),
         policy=policy,
         chunking=ChunkingPolicy(max_turns=MAX_TURNS, version=MAX_TURNS),
-    ) as memory:
+    ) as shared:
+
+        def home(conversation_id: str) -> Memory:
+            return shared.for_tenant(conversation_id) if tenant_wide else shared
+
         began = time.perf_counter()
         turn_count = 0
         dia_to_seq: dict[str, dict[str, int]] = {}
@@ -98,11 +105,15 @@ def run_locomo(
             conversation_id, turns = locomo_conversation(sample)
             dia_to_seq[conversation_id] = {t["meta"]["dia_id"]: t["turn_id"] for t in turns}
             for start in range(0, len(turns), 200):
-                memory.add_turns(conversation_id, turns[start : start + 200])
+                home(conversation_id).add_turns(conversation_id, turns[start : start + 200])
             turn_count += len(turns)
-        memory.flush(timeout=3600)
+        for conversation_id in dia_to_seq:
+            home(conversation_id).flush(timeout=3600)
         ingest_seconds = time.perf_counter() - began
-        chunk_count = memory.stats()["chunks"]
+        chunk_count = sum(
+            home(conversation_id).stats()["chunks"]
+            for conversation_id in (dia_to_seq if tenant_wide else [""])
+        )
         for mode in modes:
             per_budget: dict[int, list[float]] = {k: [] for k in BUDGETS}
             per_category: dict[str, dict[int, list[float]]] = defaultdict(
@@ -123,10 +134,10 @@ def run_locomo(
                     # latency includes the query embedding, and the vector is of what the
                     # searcher embeds, see Searcher._vector_text)
                     started = time.perf_counter()
-                    hits = memory.search(
+                    hits = home(conversation_id).search(
                         qa["question"],
                         top_k=30,
-                        filters={"conversation_id": conversation_id},
+                        filters=None if tenant_wide else {"conversation_id": conversation_id},
                         mode=mode,
                         granularity=GRANULARITY,
                         min_score=0,
@@ -303,6 +314,11 @@ def main() -> int:
         default="rules",
         help="Stage 2 marker for LoCoMo ingest (keep-all: marking off)",
     )
+    parser.add_argument(
+        "--tenant-wide",
+        action="store_true",
+        help="LoCoMo: each conversation in a tenant of its own, asked without a filter",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     global VECTOR_WEIGHT, MAX_TURNS, FUSION, GRANULARITY
@@ -318,6 +334,7 @@ def main() -> int:
         "marker": args.marker,
         "fusion": args.fusion,
         "vector_weight": args.vector_weight,
+        "tenant_wide": args.tenant_wide,
     }
     with tempfile.TemporaryDirectory() as folder:
         workdir = Path(folder)
@@ -333,7 +350,9 @@ def main() -> int:
             )
             print(json.dumps({"madial_en": report["madial_en"]}, ensure_ascii=False), flush=True)
         if "locomo" in wanted:
-            report["locomo"] = run_locomo(args.embedder, args.modes, workdir, marker=args.marker)
+            report["locomo"] = run_locomo(
+                args.embedder, args.modes, workdir, marker=args.marker, tenant_wide=args.tenant_wide
+            )
             print(json.dumps({"locomo": report["locomo"]}, ensure_ascii=False), flush=True)
     save(report, args.out)
     return 0
