@@ -66,6 +66,7 @@ from facts_zh import DATA_FILE, unrelated
 from facts_zh_data import UNRELATED_QUESTIONS
 from reports import save
 from retrieval import DATA, evidence_ids
+from tenants import home, ingest
 
 GENERAL_EN = [
     "What is the capital of Peru?",
@@ -180,17 +181,9 @@ def _positions(hits: list[Any], evidence: set[int]) -> list[int]:
 TENANT_WIDE = {"on": False}
 
 
-def _home(memory: Memory, conversation_id: str) -> Memory:
-    """Where a conversation's turns go and its questions are asked."""
-    return memory.for_tenant(conversation_id) if TENANT_WIDE["on"] else memory
-
-
 def _add(memory: Memory, conversations: list[tuple[str, list[dict[str, Any]]]]) -> None:
     """Add each conversation's turns (to its own tenant with --tenant-wide) and index them."""
-    for conversation_id, turns in conversations:
-        _home(memory, conversation_id).add_turns(conversation_id, turns)
-    for conversation_id, _ in conversations:
-        _home(memory, conversation_id).flush(timeout=3600)
+    ingest(memory, conversations, TENANT_WIDE["on"])
 
 
 def _case(
@@ -206,9 +199,9 @@ def _case(
     """One question searched without a threshold: answerable when ``evidence`` is given
     (top 10), unrelated otherwise (top 5); ``group``: its (set, split); ``chat``: the
     language the conversation is written in."""
-    home = _home(memory, scope["conversation_id"])
+    asked = home(memory, scope["conversation_id"], TENANT_WIDE["on"])
     where = None if TENANT_WIDE["on"] else scope
-    hits = home.search(text, 10 if evidence else 5, where, granularity=granularity, min_score=0)
+    hits = asked.search(text, 10 if evidence else 5, where, granularity=granularity, min_score=0)
     return {
         "set": group[0],
         "split": group[1],

