@@ -609,7 +609,7 @@ def main() -> int:
         "--rarity",
         action="store_true",
         help="also fit the weight of the background rarity of the question's absent words "
-        "(convmem.retrieve.calibration.absent_rarity; not for --language cross)",
+        "(convmem.retrieve.unknowns.absent_rarity; not for --language cross)",
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

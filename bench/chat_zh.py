@@ -63,7 +63,7 @@ def load(files: list[Path]) -> list[dict[str, Any]]:
 
 # Sixty Chinese questions of general knowledge and advice written by a helper session that
 # read no code and no other data (stop 32), after the rule for general questions
-# (convmem.retrieve.calibration.general_question) was written: measured, never tuned on.
+# (convmem.retrieve.unknowns.general_question) was written: measured, never tuned on.
 GENERAL_APART: list[str] = json.loads(
     (Path(__file__).resolve().parent / "data" / "general_zh_blind.json").read_text(encoding="utf-8")
 )

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from convmem import Memory
-from convmem.retrieve.calibration import general_question_english, general_question_of_english
+from convmem.retrieve.unknowns import general_question_english, general_question_of_english
 from convmem.text import bilingual
 from convmem.text.bilingual import Lexicon, bridge, names_unsaid, question_terms, topic_unsaid
 from helpers import make_turns, spy

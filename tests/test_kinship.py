@@ -6,7 +6,7 @@ import pytest
 
 from convmem import Memory
 from convmem.retrieve import searcher
-from convmem.retrieve.calibration import english_relation_terms, relation_terms, unknown_relation
+from convmem.retrieve.unknowns import english_relation_terms, relation_terms, unknown_relation
 from convmem.text.kinship import aliases, english_relations, relations, spellings
 from helpers import chat_of, make_turns
 

@@ -23,10 +23,11 @@ from typing import Any, Protocol
 from convmem.errors import InvalidInputError
 from convmem.governance import Note
 from convmem.models import Hit
-from convmem.retrieve.calibration import DEFAULT_MIN_SCORE, specific_terms
+from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
 from convmem.retrieve.fusion import evidence_key, interleave
 from convmem.retrieve.request import Searcher, SearchRequest
 from convmem.retrieve.routing import STRATEGIES
+from convmem.retrieve.unknowns import specific_terms
 from convmem.text import bm25, split_questions, tokenize
 
 __all__ = [

@@ -29,22 +29,29 @@ from convmem.retrieve.background import BACKGROUND_FILES, general_margin, typica
 from convmem.retrieve.calibration import (
     CROSS,
     Calibration,
-    absent_rarity,
-    absent_share,
     bridged,
     calibrate,
     calibration_for,
-    english_relation_terms,
     evidence_relevance,
+    hit_language,
+    question_language,
+)
+from convmem.retrieve.evidence import chunk_evidence, named, turn_hits, without_names
+from convmem.retrieve.fusion import FUSIONS, diverse, fuse, interleave
+from convmem.retrieve.preretrieval import dialogue_vector
+from convmem.retrieve.ranker import Ranker, ranker_for
+from convmem.retrieve.request import GRANULARITIES, SearchRequest
+from convmem.retrieve.unknowns import (
+    absent_rarity,
+    absent_share,
+    english_relation_terms,
     general_question,
     general_question_english,
     general_question_of_english,
-    hit_language,
     kin_of_named,
     name_terms,
     name_variants,
     names_anyone,
-    question_language,
     relation_terms,
     specific_terms,
     synonym_terms,
@@ -52,12 +59,7 @@ from convmem.retrieve.calibration import (
     unknown_name,
     unknown_relation,
 )
-from convmem.retrieve.calibration import names as question_names
-from convmem.retrieve.evidence import chunk_evidence, named, turn_hits, without_names
-from convmem.retrieve.fusion import FUSIONS, diverse, fuse, interleave
-from convmem.retrieve.preretrieval import dialogue_vector
-from convmem.retrieve.ranker import Ranker, ranker_for
-from convmem.retrieve.request import GRANULARITIES, SearchRequest
+from convmem.retrieve.unknowns import names as question_names
 from convmem.store import SQLStore, matrix_rows, parse_filters
 from convmem.store.ann import ANN_MIN_ROWS, AnnIndex
 from convmem.store.filters import FilterSpec
@@ -149,7 +151,7 @@ class HybridSearcher:
         (:func:`~convmem.text.split_questions`: "A？还有B") is searched part by part and
         the parts' hits interleaved (:func:`~convmem.retrieve.fusion.interleave`); each
         hit names its part in ``metadata["sub_query"]``. Where one part asks general
-        knowledge (:func:`~convmem.retrieve.calibration.general_question`), a part that
+        knowledge (:func:`~convmem.retrieve.unknowns.general_question`), a part that
         names no one is its follow-up and asks it too ("马拉松全程是多少公里？半程呢？",
         "“画蛇添足”是什么意思？出自哪里？").
         """

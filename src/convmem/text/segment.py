@@ -380,7 +380,7 @@ def chinese_names(text: str) -> list[str]:
     as a common word, of two or three characters that open with a common surname (林峰,
     张晓明), or of two that open with 小, 阿 or 老 (小雯, 阿杰). Conservative by design:
     a word taken for a name wrongly makes "no memory" likelier (see
-    :func:`convmem.retrieve.calibration.unknown_name`)."""
+    :func:`convmem.retrieve.unknowns.unknown_name`)."""
     if not _HAS_CJK.search(text):
         return []
     posseg = _posseg()

@@ -9,7 +9,7 @@ question's lexical search also looks for the synonyms of the words it holds
 own words, and join the turns' own BM25; a line saying a synonym covers the question's
 word (:func:`synonym_groups`, :func:`~convmem.retrieve.evidence.synonym_alternatives`), and
 the word is not absent from a chat that says it so
-(:func:`~convmem.retrieve.calibration.synonym_terms`;
+(:func:`~convmem.retrieve.unknowns.synonym_terms`;
 :class:`~convmem.retrieve.searcher.HybridSearcher`).
 
 The groups are hand-written, one concept each. A word may sit in several groups (爱人 is
