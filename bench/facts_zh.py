@@ -143,6 +143,10 @@ def generate(conversations: int, facts: int, noise: int) -> list[dict[str, Any]]
     return out
 
 
+#: The general-knowledge questions every chat is asked as unrelated.
+GENERAL = UNRELATED_QUESTIONS[:10]
+
+
 def unrelated(chat: dict[str, Any], others: list[dict[str, Any]]) -> list[str]:
     """Questions with no memory in ``chat``: fact kinds it never mentions, asked in another
     conversation, and general knowledge."""
@@ -154,7 +158,7 @@ def unrelated(chat: dict[str, Any], others: list[dict[str, Any]]) -> list[str]:
         for question in other["questions"]
         if question["kind"] not in kinds
     ]
-    return foreign[:10] + UNRELATED_QUESTIONS[:10]
+    return foreign[:10] + GENERAL
 
 
 def _bm25_turns(chat: dict[str, Any], question: str) -> list[list[int]]:
@@ -245,7 +249,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             )
                             after = recall_at(_hit_turns(kept), evidence, 10)[0]
                             lost.setdefault(granularity, []).append(int(after < before))
-                for question in unrelated(chat, chats):
+                # in the one shared tenant another chat's question has its memory there:
+                # only general knowledge is unrelated
+                foreign = unrelated(chat, chats) if args.scope != "shared" else GENERAL
+                for question in foreign:
                     for granularity in args.granularities:
                         hits = memory.search(
                             question, top_k=5, filters=scope, granularity=granularity
@@ -375,7 +382,11 @@ def main() -> int:
     go.add_argument("--modes", nargs="+", default=["hybrid", "lexical"])
     go.add_argument("--granularities", nargs="+", default=["turn", "chunk"])
     go.add_argument(
-        "--scope", choices=SCOPES, default="conversation", help="where questions are asked"
+        "--scope",
+        choices=SCOPES,
+        default="conversation",
+        help="where questions are asked (SCOPES); with shared, every chat's memory answers, "
+        "so only the general questions are unrelated",
     )
     go.add_argument("--out", type=Path)
     both = sub.add_parser("compound", help="two questions in one, whole and part by part")
