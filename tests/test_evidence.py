@@ -429,8 +429,45 @@ def test_a_question_of_one_conversation_is_embedded_without_its_participants_nam
         whole = memory.embed_query(question)
         assert stripped != whole
         assert vector_hits(None, scope) == vector_hits(stripped, scope)
-        # tenant-wide there is no one conversation whose participants to leave out
-        assert vector_hits(None, None) == vector_hits(whole, None)
+        # tenant-wide the names of everyone who speaks in the tenant are left out
+        assert vector_hits(None, None) == vector_hits(stripped, None)
+        assert vector_hits(None, None) != vector_hits(whole, None)
+        # someone who speaks only in a conversation added since, and only there
+        memory.add_turns(
+            "c2",
+            [
+                {
+                    "turn_id": 0,
+                    "role": "user",
+                    "name": "Jon",
+                    "text": "I researched dance studios downtown.",
+                    "timestamp": base,
+                }
+            ],
+        )
+        memory.for_tenant("other").add_turns(
+            "c3", [{"turn_id": 0, "role": "user", "name": "Gina", "text": "Hi.", "timestamp": base}]
+        )
+        memory.flush()
+        memory.for_tenant("other").flush()
+        asked, left = "What did Jon research?", "What did research?"
+        for _ in range(2):  # caught up with the new chunks, then from the kept names
+            found = memory.search(asked, top_k=3, mode="vector")
+            expected = memory.search(
+                asked, top_k=3, mode="vector", query_vector=memory.embed_query(left)
+            )
+            assert [(h.chunk_id, h.score) for h in found] == [
+                (h.chunk_id, h.score) for h in expected
+            ]
+        # another tenant's speaker is no participant of this one
+        gina = memory.search("What did Gina research?", top_k=3, mode="vector")
+        kept = memory.search(
+            "What did Gina research?",
+            top_k=3,
+            mode="vector",
+            query_vector=memory.embed_query("What did Gina research?"),
+        )
+        assert [(h.chunk_id, h.score) for h in gina] == [(h.chunk_id, h.score) for h in kept]
 
 
 def test_a_question_about_the_user_or_about_what_the_assistant_said_prefers_its_lines(

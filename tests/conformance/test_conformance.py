@@ -1269,6 +1269,41 @@ def test_conversation_participants_are_the_names_of_its_live_chunks(backend_url:
         assert store.conversation_participants("someone-else", "trip") == []
 
 
+def test_participants_since_reads_who_speaks_in_a_tenant_and_what_changed(backend_url: str) -> None:
+    """Who speaks anywhere in a tenant (what a tenant-wide search leaves out of a question's
+    vector): every live chunk's participants, or only those of chunks changed in a range
+    of change numbers; deleted chunks and other tenants never count."""
+    base = "2026-02-02T10:00:00+08:00"
+
+    def turn(seq: int, name: str, text: str) -> dict[str, Any]:
+        return {"turn_id": seq, "role": "user", "name": name, "text": text, "timestamp": base}
+
+    with opened(backend_url) as memory:
+        store = memory.store
+        memory.add_turns(
+            "trip", [turn(0, "Caroline", "I went hiking."), turn(1, "Melanie", "Where did you go?")]
+        )
+        memory.add_turns("gone", [turn(0, "Gina", "A secret I take back.")])
+        memory.flush()
+        assert memory.delete("gone", turn_range=(0, 0)).deleted >= 1
+        memory.for_tenant("elsewhere").add_turns("x", [turn(0, "Nate", "Hello there.")])
+        memory.for_tenant("elsewhere").flush()
+        read = store.latest_change()
+        assert store.participants_since(memory.tenant, None, read) == {"Caroline", "Melanie"}
+        memory.add_turns("studio", [turn(0, "Jon", "My dance studio opened.")])
+        memory.flush()
+        latest = store.latest_change()
+        assert latest > read
+        assert store.participants_since(memory.tenant, read, latest) == {"Jon"}
+        assert store.participants_since(memory.tenant, None, latest) == {
+            "Caroline",
+            "Jon",
+            "Melanie",
+        }
+        assert store.participants_since("elsewhere", None, latest) == {"Nate"}
+        assert store.participants_since("nobody", None, latest) == set()
+
+
 def test_a_long_conversation_scores_the_same_however_its_rows_are_read(backend_url: str) -> None:
     """Past SCOPE_SCAN_ROWS live chunks a conversation's rows that hold an asked term are
     found through the lexical index instead of reading the conversation: the same BM25

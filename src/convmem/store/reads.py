@@ -100,6 +100,25 @@ class ChunkReads(Backend):
             found.update(json.loads(value) if isinstance(value, str) else value or [])
         return sorted(found)
 
+    def participants_since(self, tenant: str, after: int | None, upto: int) -> set[str]:
+        """Who speaks in the tenant's live chunks that changed after change number ``after``
+        up to ``upto`` (``after`` None: every live chunk, read from the participants index
+        alone, whatever its change). A tenant-wide search keeps the set and reads only what
+        changed since."""
+        if after is None:
+            sql = "SELECT DISTINCT participants FROM chunks WHERE tenant=? AND deleted=0"
+            params: list[Any] = [tenant]
+        else:
+            sql = (
+                "SELECT DISTINCT participants FROM chunks WHERE tenant=? AND change_seq > ? "
+                "AND change_seq <= ? AND deleted=0"
+            )
+            params = [tenant, after, upto]
+        found: set[str] = set()
+        for (value,) in self._db().execute(sql, params):
+            found.update(json.loads(value) if isinstance(value, str) else value or [])
+        return found
+
     def caller_chunks(
         self,
         tenant: str,
