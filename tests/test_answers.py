@@ -60,6 +60,7 @@ def test_a_question_names_the_kind_of_value_it_asks_for(question: str, kind: str
         ("What's the wifi password?", "phone"),
         ("What's the ending number on my license plate", "phone"),
         ("How tall is my fiance?", "height"),
+        ("How much does my dad weigh now?", "height"),
         ("How many tables did we book for the wedding?", "count"),
         ("What did I buy for my daughter's birthday?", None),  # a thing, not a date
         ("Which school does Lele go to?", None),

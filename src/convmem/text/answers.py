@@ -116,10 +116,14 @@ def answer_kind(question: str) -> str | None:
 
 
 # What an English question says when it asks for a value of a kind of :data:`KINDS`, read
-# against a Chinese line (:func:`english_answer_kind`); first match wins, as there
+# against a Chinese line (:func:`english_answer_kind`); the first that matches wins (how
+# much does he weigh: a height's 斤 or kg, not an amount)
 ENGLISH_KINDS: dict[str, re.Pattern[str]] = {
     "age": re.compile(r"\bhow old\b|\bwhat age\b", re.IGNORECASE),
     "time": re.compile(r"\bwhat time\b|\bat what hour\b", re.IGNORECASE),
+    "height": re.compile(
+        r"\bhow tall\b|\bhow (?:heavy|much does .+ weigh)\b|\bheight\b", re.IGNORECASE
+    ),
     "money": re.compile(
         r"\bhow much (?:money|did|does|do|is|was|are|were|will|would|per|a|an)\b|\bcost\b|\bprice\b",
         re.IGNORECASE,
@@ -128,9 +132,6 @@ ENGLISH_KINDS: dict[str, re.Pattern[str]] = {
         r"\b(?:phone|cell|mobile|contact|room|ward|bed) number\b|\bpassword\b|\bplate\b"
         r"|\bwhat(?:'s| is) the code\b",
         re.IGNORECASE,
-    ),
-    "height": re.compile(
-        r"\bhow tall\b|\bhow (?:heavy|much does .+ weigh)\b|\bheight\b", re.IGNORECASE
     ),
     "date": re.compile(
         r"^\s*when\b|\bwhat (?:day|date|year|month)\b|\bwhich (?:day|date)\b", re.IGNORECASE
