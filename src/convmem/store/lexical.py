@@ -204,9 +204,9 @@ class LexicalStats(Backend):
         wrongly said only lets a hit through. No term asked: ``(0, {})``, nothing read."""
         if not terms:
             return 0, {}
-        conn = self._db()
-        if not self._any_live(conn, tenant, spec):
+        if not self.scope_rowids(tenant, spec, limit=1):
             return 0, dict.fromkeys(terms, 0)
+        conn = self._db()
         asked = list(dict.fromkeys(terms))
         counts = self._document_counts(conn, asked)
         indexed = [term for term in asked if counts[term]]
@@ -214,8 +214,8 @@ class LexicalStats(Backend):
         return 1, {term: int(term in said) for term in terms}
 
     @abstractmethod
-    def _any_live(self, conn: Connection, tenant: str, spec: FilterSpec) -> bool:
-        """Whether the filter admits any live chunk of ``tenant``."""
+    def scope_rowids(self, tenant: str, spec: FilterSpec, limit: int | None = None) -> list[int]:
+        """The rowids of the live chunks the filter admits, at most ``limit`` of them."""
 
     @abstractmethod
     def _said(

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from convmem.store.contract import Backend
-from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec, to_sql
 from convmem.store.records import matrix_bytes, select_in
 
@@ -41,22 +40,16 @@ class ChunkReads(Backend):
             params,
         )
 
-    def scope_rowids(self, tenant: str, spec: FilterSpec) -> list[int]:
+    def scope_rowids(self, tenant: str, spec: FilterSpec, limit: int | None = None) -> list[int]:
         """The rowids of the live chunks the filter admits (for one conversation, from an
-        index alone: ``chunks_live``)."""
+        index alone: ``chunks_live``), at most ``limit`` of them."""
         where, params = self._live_clause(spec)
-        rows = self._db().execute(
-            f"SELECT c.rowid FROM chunks c WHERE {where}", [tenant, self.now(), *params]
-        )
+        sql = f"SELECT c.rowid FROM chunks c WHERE {where}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = [*params, limit]
+        rows = self._db().execute(sql, [tenant, self.now(), *params])
         return [int(row[0]) for row in rows]
-
-    def _any_live(self, conn: Connection, tenant: str, spec: FilterSpec) -> bool:
-        """Whether the filter admits any live chunk of ``tenant``."""
-        where, params = self._live_clause(spec)
-        found = conn.execute(
-            f"SELECT 1 FROM chunks c WHERE {where} LIMIT 1", [tenant, self.now(), *params]
-        ).fetchone()
-        return found is not None
 
     def admit(self, tenant: str, spec: FilterSpec, rowids: Sequence[int]) -> set[int]:
         """Which of ``rowids`` are live and pass the filter (post-check for ANN candidates)."""
@@ -91,14 +84,13 @@ class ChunkReads(Backend):
     def conversation_participants(self, tenant: str, conversation_id: str) -> list[str]:
         """Who speaks in one conversation, sorted: the participants of its live chunks
         (names, or "user" / "用户" where a turn has none)."""
-        found: set[str] = set()
-        for (value,) in self._db().execute(
-            "SELECT DISTINCT participants FROM chunks WHERE tenant=? AND conversation_id=? "
-            "AND deleted=0",
-            [tenant, conversation_id],
-        ):
-            found.update(json.loads(value) if isinstance(value, str) else value or [])
-        return sorted(found)
+        return sorted(
+            self._speakers(
+                "SELECT DISTINCT participants FROM chunks WHERE tenant=? AND conversation_id=? "
+                "AND deleted=0",
+                [tenant, conversation_id],
+            )
+        )
 
     def participants_since(self, tenant: str, after: int | None, upto: int) -> set[str]:
         """Who speaks in the tenant's live chunks that changed after change number ``after``
@@ -114,6 +106,10 @@ class ChunkReads(Backend):
                 "AND change_seq <= ? AND deleted=0"
             )
             params = [tenant, after, upto]
+        return self._speakers(sql, params)
+
+    def _speakers(self, sql: str, params: Sequence[Any]) -> set[str]:
+        """Every name in the ``participants`` lists a query of them returns."""
         found: set[str] = set()
         for (value,) in self._db().execute(sql, params):
             found.update(json.loads(value) if isinstance(value, str) else value or [])

@@ -312,14 +312,7 @@ class SQLiteStore(SQLStore):
                 elif len(batch) < size:
                     del postings[term]
             if postings and size == self.PRESENCE_BATCH:
-                where, params = self._live_clause(spec)
-                scope = [
-                    int(row[0])
-                    for row in conn.execute(
-                        f"SELECT c.rowid FROM chunks c WHERE {where} LIMIT ?",
-                        [tenant, self.now(), *params, self.SCOPE_SCAN_ROWS + 1],
-                    )
-                ]
+                scope = self.scope_rowids(tenant, spec, limit=self.SCOPE_SCAN_ROWS + 1)
                 if len(scope) <= self.SCOPE_SCAN_ROWS:
                     left = set(postings)
                     for _, text in _tokens_of(conn, scope):
