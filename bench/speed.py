@@ -11,6 +11,8 @@
     python bench/speed.py search --chunks 100000 --dimension 512 --turn-evidence \
         --store-path /somewhere/turns.db --served-lines 100000  # caches of a served process
     python bench/speed.py service-gc --store-path /somewhere/turns.db  # frozen start-up heap
+    python bench/speed.py cpu --store-path /somewhere/turns.db --trees <old>/src src \
+        --processes 1 2                   # CPU per search, one process and two side by side
     python bench/speed.py minilm                          # pipeline vs bare model throughput
 
 Search latency excludes embedding the query (vectors are precomputed, as MemoryRetrieval
@@ -693,6 +695,81 @@ def bench_service_gc(store_path: Path, queries: int, repeats: int) -> dict[str, 
     }
 
 
+def cpu_searches(store_path: Path, queries: int, seed: int) -> dict[str, Any]:
+    """One process searching a ``--turn-evidence`` store one conversation at a time (a
+    real question, embedded): the CPU time the whole process spent per search (every
+    thread: BLAS's helpers too) against its wall time, and the latencies."""
+    with Memory.open(
+        str(store_path), embedder=_embedder(512, True), workers=0, ann_min_rows=0
+    ) as memory:
+        memory.search("预热 分词", top_k=1, mode="lexical", filters={"conversation_id": "conv0"})
+        memory.search("我今天去哪了", top_k=1, filters={"conversation_id": "conv0"})
+        conn = memory.store._db()
+        (chunks,) = conn.execute("SELECT max(rowid) FROM chunks").fetchone()
+        rng = random.Random(seed)
+        asked = questions(queries + 50, seed)
+        where = [
+            json.loads(
+                conn.execute(
+                    "SELECT metadata FROM chunks WHERE rowid=?", (rng.randrange(1, chunks + 1),)
+                ).fetchone()[0]
+            )["conversation_id"]
+            for _ in asked
+        ]
+        for question, conversation in zip(asked[:50], where[:50], strict=True):  # untimed
+            memory.search(question, top_k=10, filters={"conversation_id": conversation})
+        latencies = []
+        cpu, wall = time.process_time(), time.perf_counter()
+        for question, conversation in zip(asked[50:], where[50:], strict=True):
+            began = time.perf_counter()
+            memory.search(question, top_k=10, filters={"conversation_id": conversation})
+            latencies.append(time.perf_counter() - began)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {
+        "cpu_ms_per_search": round(cpu / queries * 1000, 2),
+        "wall_ms_per_search": round(wall / queries * 1000, 2),
+        "ms_p50": round(pct(latencies, 0.5) * 1000, 2),
+        "ms_p99": round(pct(latencies, 0.99) * 1000, 2),
+    }
+
+
+def bench_cpu(
+    store_path: Path, queries: int, trees: list[str], processes: list[int], rounds: int
+) -> dict[str, Any]:
+    """``cpu_searches`` for each tree (a ``src`` folder put first on PYTHONPATH) and each
+    number of processes searching at once, trees alternating within every round; medians
+    over the rounds and the processes."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(rounds):
+        for tree in trees:
+            env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+            for count in processes:
+                command = [sys.executable, __file__, "cpu-child", "--store-path", str(store_path)]
+                children = [
+                    subprocess.Popen(
+                        [*command, "--queries", str(queries), "--seed", str(3 + number)],
+                        stdout=subprocess.PIPE,
+                        text=True,
+                        env=env,
+                    )
+                    for number in range(count)
+                ]
+                for child in children:
+                    output, _ = child.communicate()
+                    if child.returncode:
+                        raise SystemExit(f"cpu-child failed under {tree}")
+                    run = json.loads(output.strip().splitlines()[-1])
+                    found.setdefault(f"{tree} x{count}", []).append(run)
+    return {
+        name: {
+            key: statistics.median(run[key] for run in runs)
+            for key in ("cpu_ms_per_search", "wall_ms_per_search", "ms_p50", "ms_p99")
+        }
+        | {"runs": runs}
+        for name, runs in found.items()
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -747,6 +824,20 @@ def main() -> int:
     child.add_argument("--store-path", type=Path, required=True)
     child.add_argument("--queries", type=int, default=300)
     child.add_argument("--freeze", action="store_true")
+    cpu = sub.add_parser(
+        "cpu",
+        parents=[common],
+        help="CPU per search, in one process and in several searching side by side",
+    )
+    cpu.add_argument("--store-path", type=Path, required=True, help="a --turn-evidence store")
+    cpu.add_argument("--queries", type=int, default=600)
+    cpu.add_argument("--trees", nargs="+", default=["src"], help="src folders, alternating")
+    cpu.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    cpu.add_argument("--rounds", type=int, default=3)
+    cpu_child = sub.add_parser("cpu-child", parents=[common])
+    cpu_child.add_argument("--store-path", type=Path, required=True)
+    cpu_child.add_argument("--queries", type=int, default=600)
+    cpu_child.add_argument("--seed", type=int, default=3)
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
@@ -778,6 +869,10 @@ def main() -> int:
         result = bench_service_gc(args.store_path, args.queries, args.repeats)
     elif args.what == "service-child":
         result = service_searches(args.store_path, args.queries, args.freeze)
+    elif args.what == "cpu":
+        result = bench_cpu(args.store_path, args.queries, args.trees, args.processes, args.rounds)
+    elif args.what == "cpu-child":
+        result = cpu_searches(args.store_path, args.queries, args.seed)
     else:
         result = bench_minilm(args.conversations, args.repeats)
     print(json.dumps(result, ensure_ascii=False), flush=True)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
@@ -21,7 +22,7 @@ from convmem import (
     InvalidInputError,
     Memory,
 )
-from convmem.embed import OpenAIEmbedder, TransformerEmbedder, resolve_embedder
+from convmem.embed import OpenAIEmbedder, TransformerEmbedder, Vectors, resolve_embedder
 from convmem.governance import KeepAllMarker
 from convmem.remote import Retry
 from helpers import make_turns
@@ -304,3 +305,82 @@ def test_a_dialogue_window_weighs_a_neural_vector_side_more() -> None:
     assert window_boost(Windowed()) == pytest.approx(2.5)
     memory_weights = EmbeddingService(Windowed())
     assert memory_weights.window_boost == pytest.approx(2.5)
+
+
+def _blas_threads() -> set[int]:
+    """The thread limits of numpy's own BLAS (other libraries loaded by other tests, such
+    as torch's, bring theirs)."""
+    from threadpoolctl import threadpool_info
+
+    found = {
+        info["num_threads"]
+        for info in threadpool_info()
+        if info["user_api"] == "blas" and "numpy" in info["filepath"]
+    }
+    assert found, "numpy's BLAS is loaded"
+    return found
+
+
+def test_a_search_runs_blas_on_one_thread_and_gives_the_setting_back(tmp_path: Path) -> None:
+    """A search's products are small: split over cores, OpenBLAS's helper threads spin on
+    after each (``convmem.embed.threads``)."""
+    from threadpoolctl import threadpool_limits
+
+    seen: list[set[int]] = []
+
+    class Watching(HashingEmbedder):
+        def embed(self, texts: Sequence[str]) -> Vectors:
+            seen.append(_blas_threads())
+            return super().embed(texts)
+
+    with (
+        threadpool_limits(limits=3, user_api="blas"),  # the host's own setting
+        Memory.open(
+            str(tmp_path / "m.db"), embedder=Watching(), marker=KeepAllMarker(), workers=0
+        ) as memory,
+    ):
+        memory.add_turns("c", make_turns(["我家的猫叫年糕，是一只橘猫。", "年糕这个名字真可爱！"]))
+        memory.flush()
+        assert seen and seen[-1] == {3}  # the index worker's embedding: the host's setting
+        seen.clear()
+        assert memory.search("我的猫叫什么", top_k=3)
+        assert seen and all(threads == {1} for threads in seen)  # the question's vector
+        assert _blas_threads() == {3}  # given back
+
+
+def test_a_process_convmem_owns_keeps_one_blas_thread_whoever_searches() -> None:
+    """``convmem serve`` and ``convmem mcp`` limit BLAS for good at start-up: a search in
+    a request thread, and its end, leave it at one. In a child process (the limit is
+    process-wide)."""
+    script = """
+import json, threading
+import numpy
+from threadpoolctl import threadpool_info, threadpool_limits
+from convmem.embed.threads import one_blas_thread, one_blas_thread_for_process
+
+def blas():
+    return sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+
+threadpool_limits(limits=3, user_api="blas")  # the host's setting before start-up
+found = {"before": blas(), "set": one_blas_thread_for_process(), "after": blas()}
+
+def request():
+    with one_blas_thread():
+        found["searching"] = blas()
+    with threadpool_limits(limits=2, user_api="blas"):  # another library in the thread
+        found["other"] = blas()
+    found["ended"] = blas()
+
+thread = threading.Thread(target=request)
+thread.start()
+thread.join()
+print(json.dumps(found))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    found = json.loads(result.stdout)
+    assert found["before"] == [3]
+    assert found["set"] is True
+    assert found["after"] == found["searching"] == found["ended"] == [1]
+    assert found["other"] == [1]

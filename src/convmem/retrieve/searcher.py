@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from convmem.embed import EmbeddingService
+from convmem.embed.threads import one_blas_thread
 from convmem.errors import EmbedderError, InvalidInputError
 from convmem.ingest import known_tokens
 from convmem.metrics import Counter, Histogram
@@ -164,7 +165,14 @@ class HybridSearcher:
         knowledge (:func:`~convmem.retrieve.unknowns.general_question`), a part that
         names no one is its follow-up and asks it too ("马拉松全程是多少公里？半程呢？",
         "“画蛇添足”是什么意思？出自哪里？").
+
+        BLAS runs on one thread meanwhile (:func:`~convmem.embed.threads.one_blas_thread`):
+        a search's products are small, and the helper threads of a split one spin on.
         """
+        with one_blas_thread():
+            return self._search_all(request)
+
+    def _search_all(self, request: SearchRequest) -> list[Hit]:
         parts = (
             split_questions(request.query_text)
             if request.decompose and request.query_vector is None

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from convmem.cli.common import open_memory
+from convmem.embed.threads import one_blas_thread_for_process
 from convmem.worker.heap import freeze_startup_heap
 
 __all__ = ["register"]
@@ -18,6 +19,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         server = build_server(memory)
         memory.warm_up()
         freeze_startup_heap()
+        one_blas_thread_for_process()
         if args.http is None:
             server.run("stdio")
         else:

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from convmem.cli.common import bounded_float, bounded_int, open_memory, print_json, settings_of
+from convmem.embed.threads import one_blas_thread_for_process
 from convmem.errors import InvalidInputError
 from convmem.worker.heap import freeze_startup_heap, trim_heap
 
@@ -65,6 +66,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # rest of the start-up heap
     app.state.convmem.memory.warm_up()
     freeze_startup_heap()
+    # a search's small products on one BLAS thread, whichever request thread runs it
+    one_blas_thread_for_process()
     print(
         f"convmem serving on http://{args.host}:{args.port} (auth {'off' if args.no_auth else 'on'}, "
         f"{args.threads} index threads); OpenAPI at /openapi.json",
