@@ -384,3 +384,22 @@ print(json.dumps(found))
     assert found["set"] is True
     assert found["after"] == found["searching"] == found["ended"] == [1]
     assert found["other"] == [1]
+
+
+def test_a_search_without_threadpoolctl_leaves_blas_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from convmem.embed import threads
+
+    before = _blas_threads()
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # an import of it now fails
+    monkeypatch.setattr(threads, "_controller", None)  # as in a fresh process
+    with Memory.open(
+        str(tmp_path / "m.db"), embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0
+    ) as memory:
+        memory.add_turns("c", make_turns(["我家的猫叫年糕，是一只橘猫。"]))
+        memory.flush()
+        assert memory.search("我的猫叫什么", top_k=3)
+    assert threads.one_blas_thread_for_process() is False
+    monkeypatch.undo()
+    assert _blas_threads() == before

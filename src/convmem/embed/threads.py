@@ -19,9 +19,12 @@ library never does that for its host. Without ``threadpoolctl`` both do nothing.
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 __all__ = ["one_blas_thread", "one_blas_thread_for_process"]
+
+logger = logging.getLogger(__name__)
 
 _controller: Any = None
 
@@ -34,10 +37,11 @@ def _blas() -> Any:
     if _controller is None:
         try:
             from threadpoolctl import ThreadpoolController
-        except ImportError:
-            _controller = False
-        else:
+
             _controller = ThreadpoolController()
+        except Exception:  # not installed, or a library it cannot read: search as before
+            logger.debug("BLAS threads left as they are", exc_info=True)
+            _controller = False
     return _controller or None
 
 
