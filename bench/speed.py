@@ -13,6 +13,7 @@
     python bench/speed.py service-gc --store-path /somewhere/turns.db  # frozen start-up heap
     python bench/speed.py cpu --store-path /somewhere/turns.db --trees <old>/src src \
         --processes 1 2                   # CPU per search, one process and two side by side
+    python bench/speed.py service-cpu --store-path /somewhere/turns.db --trees <old>/src src
     python bench/speed.py minilm                          # pipeline vs bare model throughput
 
 Search latency excludes embedding the query (vectors are precomputed, as MemoryRetrieval
@@ -787,6 +788,96 @@ def bench_cpu(
     }
 
 
+def served_searches(
+    store_path: Path, tree: str, clients: int, queries: int, seed: int
+) -> dict[str, Any]:
+    """``convmem serve`` from ``tree`` (a ``src`` folder first on PYTHONPATH) over a
+    ``--turn-evidence`` store, no index worker, and ``clients`` threads each sending
+    ``queries`` searches of one conversation; the server's CPU time per search (from
+    /proc, every thread), the latencies after each client's first 30, and the rate."""
+    import socket
+    import threading
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+    command = [sys.executable, "-m", "convmem", "--store", str(store_path), "serve"]
+    command += ["--port", str(port), "--no-auth", "--threads", "0"]
+    server = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        for line in server.stderr:
+            if "serving on" in line:
+                break
+        else:
+            raise SystemExit("convmem serve did not start")
+        for _ in range(200):  # the line comes just before uvicorn listens
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
+                    break
+            time.sleep(0.05)
+        asked = questions(queries * clients, seed)
+        latencies: list[float] = []
+        lock = threading.Lock()
+
+        def client(number: int) -> None:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+                for index, question in enumerate(asked[number::clients]):
+                    body = {
+                        "query_text": question,
+                        "top_k": 10,
+                        "filters": {"conversation_id": f"conv{(index * 7 + number) % 500}"},
+                    }
+                    began = time.perf_counter()
+                    answer = http.post("/v1/search", json=body)
+                    took = time.perf_counter() - began
+                    if answer.status_code != 200:
+                        raise SystemExit(f"search failed: {answer.status_code} {answer.text}")
+                    if index >= 30:
+                        with lock:
+                            latencies.append(took)
+
+        def cpu_seconds() -> float:
+            fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        cpu, wall = cpu_seconds(), time.perf_counter()
+        threads = [threading.Thread(target=client, args=(number,)) for number in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        cpu, wall = cpu_seconds() - cpu, time.perf_counter() - wall
+    finally:
+        server.terminate()
+        server.wait(30)
+    searches = queries * clients
+    return {
+        "server_cpu_ms_per_search": round(cpu / searches * 1000, 1),
+        "ms_p50": round(pct(latencies, 0.5) * 1000, 1),
+        "ms_p99": round(pct(latencies, 0.99) * 1000, 1),
+        "searches_per_s": round(searches / wall, 1),
+    }
+
+
+def bench_service_cpu(
+    store_path: Path, trees: list[str], clients: int, queries: int, rounds: int
+) -> dict[str, Any]:
+    """``served_searches`` for each tree, alternating within every round; medians."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for round_number in range(rounds):
+        for tree in trees:
+            run = served_searches(store_path, tree, clients, queries, 11 + round_number)
+            found.setdefault(tree, []).append(run)
+    return {
+        tree: {key: statistics.median(run[key] for run in runs) for key in runs[0]} | {"runs": runs}
+        for tree, runs in found.items()
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -859,6 +950,16 @@ def main() -> int:
     cpu_child.add_argument("--queries", type=int, default=600)
     cpu_child.add_argument("--seed", type=int, default=3)
     cpu_child.add_argument("--passes", type=int, default=1)
+    service_cpu = sub.add_parser(
+        "service-cpu",
+        parents=[common],
+        help="convmem serve's CPU per search under concurrent clients, trees alternating",
+    )
+    service_cpu.add_argument("--store-path", type=Path, required=True)
+    service_cpu.add_argument("--trees", nargs="+", default=["src"])
+    service_cpu.add_argument("--clients", type=int, default=2)
+    service_cpu.add_argument("--queries", type=int, default=300, help="per client")
+    service_cpu.add_argument("--rounds", type=int, default=2)
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
@@ -893,6 +994,10 @@ def main() -> int:
     elif args.what == "cpu":
         result = bench_cpu(
             args.store_path, args.queries, args.trees, args.processes, args.rounds, args.passes
+        )
+    elif args.what == "service-cpu":
+        result = bench_service_cpu(
+            args.store_path, args.trees, args.clients, args.queries, args.rounds
         )
     elif args.what == "cpu-child":
         result = cpu_searches(args.store_path, args.queries, args.seed, args.passes)
