@@ -51,7 +51,13 @@ def one_blas_thread() -> contextlib.AbstractContextManager[Any]:
     controller = _blas()
     if controller is None:
         return contextlib.nullcontext()
-    limiter: contextlib.AbstractContextManager[Any] = controller.limit(limits=1, user_api="blas")
+    try:
+        limiter: contextlib.AbstractContextManager[Any] = controller.limit(
+            limits=1, user_api="blas"
+        )
+    except Exception:  # a library that will not be limited: search as before
+        logger.debug("BLAS threads left as they are", exc_info=True)
+        return contextlib.nullcontext()
     return limiter
 
 
