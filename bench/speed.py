@@ -334,6 +334,7 @@ def bench_search(
                 memory.search(query, top_k=10, query_vector=vector)
                 tenant_wide.append(time.perf_counter() - t0)
 
+            cpu_began = time.process_time()  # every thread's: a spinning helper counts
             with full_collections() as collections:  # the collector's, while timed
                 if separate:  # each path in its own block: no cache eviction by the other
                     for query, vector, conversation in probes:
@@ -344,6 +345,7 @@ def bench_search(
                     for query, vector, conversation in probes:
                         run_filtered(query, vector, conversation)
                         run_tenant(query, vector)
+            cpu_ms = (time.process_time() - cpu_began) * 1000 / max(1, 2 * len(probes))
             rss_after = rss_mb()  # before the exact scans below, which load every vector
             # the turn-evidence store's vectors are random: its questions' own vectors do not
             # probe the index
@@ -375,6 +377,9 @@ def bench_search(
         "tenant_wide_ms_p99": round(pct(tenant_wide, 0.99) * 1000, 3),
         "filtered_ms_max": round(max(filtered) * 1000, 3),
         "tenant_wide_ms_max": round(max(tenant_wide) * 1000, 3),
+        # the process's CPU time per search against the timed searches' mean wall time
+        "cpu_ms_per_search": round(cpu_ms, 3),
+        "wall_ms_per_search": round(statistics.mean(filtered + tenant_wide) * 1000, 3),
         "exact_scan_ms_p50": round(pct(exact_times, 0.5) * 1000, 1) if exact_times else None,
         "query_order": "separate" if separate else "interleaved",
         "served_lines": served,
