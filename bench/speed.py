@@ -701,6 +701,14 @@ def bench_service_gc(store_path: Path, queries: int, repeats: int) -> dict[str, 
     }
 
 
+def _medians(found: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """For each variant, the median of every figure over its runs, and the runs."""
+    return {
+        name: {key: statistics.median(run[key] for run in runs) for key in runs[0]} | {"runs": runs}
+        for name, runs in found.items()
+    }
+
+
 def cpu_searches(store_path: Path, queries: int, seed: int, passes: int = 1) -> dict[str, Any]:
     """One process searching a ``--turn-evidence`` store one conversation at a time (a
     real question, embedded): the CPU time the whole process spent per search (every
@@ -787,10 +795,7 @@ def bench_cpu(
                         raise SystemExit(f"cpu-child failed under {tree}")
                     run = json.loads(output.strip().splitlines()[-1])
                     found.setdefault(f"{tree} x{count}", []).append(run)
-    return {
-        name: {key: statistics.median(run[key] for run in runs) for key in runs[0]} | {"runs": runs}
-        for name, runs in found.items()
-    }
+    return _medians(found)
 
 
 def served_searches(
@@ -877,10 +882,7 @@ def bench_service_cpu(
         for tree in trees:
             run = served_searches(store_path, tree, clients, queries, 11 + round_number)
             found.setdefault(tree, []).append(run)
-    return {
-        tree: {key: statistics.median(run[key] for run in runs) for key in runs[0]} | {"runs": runs}
-        for tree, runs in found.items()
-    }
+    return _medians(found)
 
 
 def main() -> int:

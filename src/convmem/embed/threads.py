@@ -45,27 +45,29 @@ def _blas() -> Any:
     return _controller or None
 
 
+def _one_thread() -> Any:
+    """Limit BLAS to one thread now; returns what restores the setting it found (a
+    context), or None where nothing was limited (no controller, or a library that will not
+    be limited: the search runs as before)."""
+    controller = _blas()
+    if controller is None:
+        return None
+    try:
+        return controller.limit(limits=1, user_api="blas")
+    except Exception:
+        logger.debug("BLAS threads left as they are", exc_info=True)
+        return None
+
+
 def one_blas_thread() -> contextlib.AbstractContextManager[Any]:
     """A context that runs BLAS on one thread while it is open and restores the setting
     it found when it closes."""
-    controller = _blas()
-    if controller is None:
-        return contextlib.nullcontext()
-    try:
-        limiter: contextlib.AbstractContextManager[Any] = controller.limit(
-            limits=1, user_api="blas"
-        )
-    except Exception:  # a library that will not be limited: search as before
-        logger.debug("BLAS threads left as they are", exc_info=True)
-        return contextlib.nullcontext()
-    return limiter
+    limiter = _one_thread()
+    return contextlib.nullcontext() if limiter is None else limiter
 
 
 def one_blas_thread_for_process() -> bool:
     """Run BLAS on one thread from now on, for the whole process; call it from the main
-    thread of a process that convmem owns. Returns whether a limit was set."""
-    controller = _blas()
-    if controller is None:
-        return False
-    controller.limit(limits=1, user_api="blas")  # kept: never restored
-    return True
+    thread of a process that convmem owns. Returns whether a limit was set (it is kept:
+    never restored)."""
+    return _one_thread() is not None
