@@ -348,3 +348,22 @@ def test_a_nul_in_the_url_is_422_naming_the_parameter(
     response = client.get(path, headers=key)
     assert response.status_code == 422, response.text
     assert response.json()["error"]["field"] == "conversation_id"
+
+
+def test_the_longest_question_is_the_same_for_the_library_and_http(
+    memory: Memory, client: TestClient, key: dict[str, str]
+) -> None:
+    from convmem.errors import InvalidInputError
+    from convmem.models import MAX_QUERY_CHARS
+
+    longest, longer = "问" * MAX_QUERY_CHARS, "问" * (MAX_QUERY_CHARS + 1)
+    tenant = memory.for_tenant(TENANT)
+    assert tenant.search(longest) == []
+    ok = client.post("/v1/search", json={"query_text": longest}, headers=key)
+    assert ok.status_code == 200, ok.text
+    with pytest.raises(InvalidInputError) as caught:
+        tenant.search(longer)
+    assert caught.value.field == "query_text" and str(MAX_QUERY_CHARS) in str(caught.value)
+    refused = client.post("/v1/search", json={"query_text": longer}, headers=key)
+    assert refused.status_code == 422
+    assert refused.json()["error"]["field"] == "query_text"

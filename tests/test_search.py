@@ -158,6 +158,31 @@ def test_bad_search_arguments(memory: Memory, top_k: Any, query: str) -> None:
         memory.search(query, top_k=top_k)
 
 
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"candidates": 0}, "candidates"),
+        ({"candidates": -5}, "candidates"),
+        ({"candidates": 10**12}, "candidates"),
+        ({"candidates": True}, "candidates"),
+        ({"decompose": "yes"}, "decompose"),
+        ({"query_vector": "abc"}, "query_vector"),
+        ({"query_vector": [float("nan")] * 512}, "query_vector"),
+        ({"query_vector": [[0.1] * 512]}, "query_vector"),
+        ({"query_vector": [None] * 512}, "query_vector"),
+    ],
+)
+def test_bad_search_options_name_their_field(
+    trip: Memory, arguments: dict[str, Any], field: str
+) -> None:
+    # candidates -5 once reached numpy's partition (ValueError: kth out of bounds), a
+    # vector of NaN was searched, and "abc" failed to convert
+    with pytest.raises(InvalidInputError) as caught:
+        trip.search("吉他", **arguments)
+    assert caught.value.field == field
+    assert trip.search("吉他", candidates=100, decompose=False)  # the same, well formed
+
+
 hostile_text = st.one_of(
     st.text(
         alphabet=st.sampled_from([*string.printable, "护", "照", "\u0000", "é", "\u2028"]),

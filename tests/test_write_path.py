@@ -113,6 +113,37 @@ def test_bad_turn_is_rejected_with_its_field(
     assert _stored_texts(memory, "c") == ["已经接受的一句话"]
 
 
+def test_a_nul_an_earlier_release_stored_in_sqlite_still_reads_rechunks_and_deletes(
+    memory: Memory,
+) -> None:
+    """SQLite kept a NUL in a turn or a caller's chunk before the entry points refused it;
+    such a store still works: the worker re-chunks those turns, reads return them, and they
+    delete as any other."""
+    memory.add_turns("c", make_turns(["护照下个月过期", "好的，记下了", "我住在杭州"]))
+    memory.upsert_chunks(
+        [
+            {
+                "chunk_id": "k1",
+                "text": "靠窗的座位",
+                "metadata": {"conversation_id": "c", "turn_range": [0, 0]},
+            }
+        ]
+    )
+    memory.flush()
+    db = memory.store._db()
+    db.execute("UPDATE turns SET text = ? WHERE seq = 2", ("我住在\x00杭州",))
+    db.execute("UPDATE chunks SET text = ? WHERE chunk_id = 'k1'", ("靠窗\x00的座位",))
+    db.commit()
+    assert memory.rechunk("c") >= 1
+    memory.flush()
+    assert _stored_texts(memory, "c")[-1] == "我住在\x00杭州"
+    assert [record.text for record in memory.chunks("c")] == ["靠窗\x00的座位"]
+    assert any("杭州" in hit.text for hit in memory.search("杭州", min_score=0))
+    assert memory.delete("c", turn_range=(2, 2)).turns_deleted == 1
+    memory.flush()
+    assert not any("杭州" in hit.text for hit in memory.search("杭州", min_score=0))
+
+
 def test_every_problem_in_a_batch_is_reported(memory: Memory) -> None:
     with pytest.raises(InvalidInputError) as caught:
         memory.add_turns(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convmem.errors import InvalidInputError
-from convmem.models import MAX_SEQ
+from convmem.models import MAX_SEQ, text_problem
 
 __all__ = [
     "MAX_CONVERSATION_ID",
@@ -41,14 +41,10 @@ class UpsertResult:
     errors: list[str] = field(default_factory=list)
 
 
-def _utf8(value: str, name: str) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInputError(
-            f"{name} is not valid UTF-8 (it holds a lone surrogate); send proper Unicode text",
-            field=name,
-        ) from None
+def _storable(value: str, name: str) -> None:
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidInputError(f"{name} {problem}", field=name)
 
 
 def check_conversation_id(conversation_id: Any) -> str:
@@ -62,7 +58,7 @@ def check_conversation_id(conversation_id: Any) -> str:
             f"{MAX_CONVERSATION_ID}",
             field="conversation_id",
         )
-    _utf8(conversation_id, "conversation_id")
+    _storable(conversation_id, "conversation_id")
     return conversation_id
 
 
@@ -89,7 +85,7 @@ def check_note_id(note_id: Any) -> str:
             f"note_id must be a string like 'note_…' from Memory.notes(), got {note_id!r}",
             field="note_id",
         )
-    _utf8(note_id, "note_id")
+    _storable(note_id, "note_id")
     return note_id
 
 
@@ -104,5 +100,5 @@ def check_tenant(tenant: Any) -> str:
             f"tenant must be a non-empty string of at most {MAX_TENANT} printable characters",
             field="tenant",
         )
-    _utf8(tenant, "tenant")
+    _storable(tenant, "tenant")
     return tenant

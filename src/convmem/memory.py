@@ -29,7 +29,17 @@ from convmem.ids import (
     check_turn_range,
 )
 from convmem.ingest import ChunkingPolicy, line_tokens
-from convmem.models import MAX_SEQ, AddTurnsReceipt, ChunkRecord, FlushResult, Hit, parse_turns
+from convmem.models import (
+    MAX_SEQ,
+    AddTurnsReceipt,
+    ChunkRecord,
+    FlushResult,
+    Hit,
+    check_query_text,
+    first_problem,
+    parse_turns,
+    text_problem,
+)
 from convmem.retrieve import (
     DEFAULT_MIN_SCORE,
     HierarchicalMemoryService,
@@ -274,7 +284,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             hints: retrieval hints (``{"strategies": [...], "params": {...}}``, as the
                 ``route`` operator makes them): the hierarchical service picks the tiers
                 (STM recent turns, MTM chunks, LTM notes); hits carry their tier.
-            candidates: candidates taken from each side before fusion (default
+            candidates: candidates taken from each side before fusion, 1..10,000 (default
                 ``max(50, 5 * top_k)``).
             granularity: ``"turn"`` (default): each dialogue hit names one evidence turn
                 in ``turn_range`` (its line as ``text``) and carries the chunk as
@@ -290,13 +300,12 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                 text as one question.
 
         Raises:
-            InvalidInputError / FilterError: empty query, bad ``top_k``, mode or filters.
+            InvalidInputError / FilterError: an empty question or one over 8,000 characters,
+                text no store can keep (a NUL, a lone surrogate), bad ``top_k``, mode,
+                candidates, vector or filters.
         """
         if hints is not None:
-            if not isinstance(query_text, str) or not query_text.strip():
-                raise InvalidInputError(
-                    "query_text is empty; send the question to search for", field="query_text"
-                )
+            check_query_text(query_text)
             return self.retrieve(
                 query_text,
                 hints,
@@ -360,6 +369,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
 
     def embed_query(self, text: str) -> list[float]:
         """The normalised query vector, through the model's query side (seed ``embed_chunk``)."""
+        check_query_text(text, "text")
         vector = self._engine.embedding.embed_query_array([clean_text(text) or text])[0]
         return [float(value) for value in vector]
 
@@ -401,6 +411,10 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                 record = raw if isinstance(raw, ChunkRecord) else ChunkRecord.model_validate(raw)
             except Exception as exc:
                 errors.append(f"chunks[{index}]: {exc}")
+                continue
+            problem = first_problem(record.model_dump(mode="json"), f"chunks[{index}]")
+            if problem is not None:  # what SQLite would keep and PostgreSQL refuse
+                errors.append(f"{problem[0]} {problem[1]}")
                 continue
             if record.metadata.deleted:
                 errors.append(f"chunks[{index}]: deleted records cannot be upserted; use delete")
@@ -501,6 +515,10 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         """Turn ranges of worker chunks, ids of caller-made chunks, and problems."""
         if isinstance(chunk_ids, str) or not all(isinstance(c, str) for c in chunk_ids):
             raise InvalidInputError("chunk_ids must be a list of strings", field="chunk_ids")
+        for index, chunk_id in enumerate(chunk_ids):
+            problem = text_problem(chunk_id)
+            if problem is not None:
+                raise InvalidInputError(f"chunk_ids[{index}] {problem}", field="chunk_ids")
         sources = self._engine.store.chunk_sources(self._tenant, list(chunk_ids))
         ranges: list[tuple[int, int]] = []
         api_ids: list[str] = []

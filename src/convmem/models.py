@@ -11,15 +11,26 @@ number names exactly one turn.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from convmem.errors import InvalidInputError
 
 __all__ = [
+    "INT64",
+    "MAX_QUERY_CHARS",
     "MAX_SEQ",
     "ROLES",
     "AddTurnsReceipt",
@@ -30,8 +41,12 @@ __all__ = [
     "JobInfo",
     "Role",
     "Turn",
+    "check_query_text",
+    "first_problem",
     "parse_turns",
+    "text_problem",
     "turn_sequence",
+    "value_problem",
 ]
 
 Role = Literal["user", "assistant", "tool", "system"]
@@ -77,14 +92,95 @@ def turn_sequence(turn_id: int | str) -> int:
     return seq
 
 
-def _check_unicode(value: str, what: str) -> str:
+INT64 = 2**63 - 1  # the widest integer both stores keep
+#: The longest question a search takes (characters), on every path: library, HTTP, CLI, MCP.
+MAX_QUERY_CHARS = 8000
+
+
+def text_problem(text: str) -> str | None:
+    """Why no store can keep ``text`` (a NUL, a lone surrogate), or None if it can.
+
+    SQLite would keep a NUL that PostgreSQL refuses, and a lone surrogate cannot be encoded
+    at all; every entry point refuses both, so the two backends accept the same text.
+    """
+    if "\x00" in text:
+        return "holds U+0000 (NUL), which the stores cannot keep; remove it"
     try:
-        value.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{what} is not valid UTF-8 (lone surrogate at character {exc.start}); "
-            "send the text as UTF-8"
-        ) from None
+        return (
+            f"holds a lone surrogate at character {exc.start} (an unpaired \\ud800-\\udfff "
+            "escape), which is not valid Unicode; send the text as UTF-8"
+        )
+    return None
+
+
+def value_problem(value: Any) -> str | None:
+    """Why no store can keep one scalar value (see :func:`text_problem`), or None."""
+    if isinstance(value, str):
+        return text_problem(value)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not -INT64 <= value <= INT64:
+        return f"is {value}, beyond the 64-bit integers the stores hold; send a smaller number"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"is {value}, which is not a finite number; send a finite number"
+    return None
+
+
+def first_problem(value: Any, path: str = "") -> tuple[str, str] | None:
+    """The first ``(path, message)`` of a value no store can keep, depth first, or None.
+
+    Walks dicts (keys too), lists and tuples; ``path`` names the value (``meta.source``,
+    ``tags[2]``).
+    """
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            for key, child in reversed(item.items()):
+                child_path = f"{where}.{key}" if where else str(key)
+                problem = text_problem(key) if isinstance(key, str) else None
+                if problem:
+                    return child_path, f"the key {problem}"
+                stack.append((child, child_path))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{where}[{i}]") for i, child in reversed(list(enumerate(item))))
+        else:
+            problem = value_problem(item)
+            if problem:
+                return where, problem
+    return None
+
+
+def check_query_text(query: Any, field: str = "query_text") -> str:
+    """A search question: non-empty text of at most :data:`MAX_QUERY_CHARS` characters that
+    a store can be asked about (the HTTP service's limit too).
+
+    Raises:
+        InvalidInputError: naming ``field``, for an empty or longer question or one holding
+            a NUL or a lone surrogate.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError(f"{field} is empty; send the question to search for", field=field)
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidInputError(
+            f"{field} has {len(query)} characters, more than the limit of {MAX_QUERY_CHARS}; "
+            "send the question or the newest lines of the dialogue, not a whole document",
+            field=field,
+        )
+    problem = text_problem(query)
+    if problem is not None:
+        raise InvalidInputError(f"{field} {problem}", field=field)
+    return query
+
+
+def _storable(value: Any, what: str) -> Any:
+    """A pydantic field validator's check: ``value`` as is, or a ValueError naming where in
+    it (under the name ``what``) a store could not keep it (:func:`first_problem`)."""
+    problem = first_problem(value, what)
+    if problem is not None:
+        raise ValueError(f"{problem[0]} {problem[1]}")
     return value
 
 
@@ -149,10 +245,15 @@ class Turn(_Frozen):
     @field_validator("text")
     @classmethod
     def _text(cls, value: str) -> str:
-        _check_unicode(value, "text")
+        _storable(value, "text")
         if not value.strip():
             raise ValueError("text is empty; send the turn's words, or leave the turn out")
         return value
+
+    @field_validator("turn_id", "name", "meta")
+    @classmethod
+    def _keepable(cls, value: Any, info: ValidationInfo) -> Any:
+        return _storable(value, info.field_name or "value")
 
     @field_validator("timestamp")
     @classmethod
@@ -299,7 +400,13 @@ class ChunkRecord(BaseModel):
     @field_validator("text")
     @classmethod
     def _text(cls, value: str) -> str:
-        _check_unicode(value, "text")
+        # Only what no text can hold: chunks are also built from stored turns and read back,
+        # and a store of an earlier release may hold a NUL (Memory.upsert_chunks refuses
+        # one in what a caller sends).
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"text {text_problem(value)}") from exc
         if not value.strip():
             raise ValueError("chunk text is empty")
         return value

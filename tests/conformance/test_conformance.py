@@ -277,6 +277,100 @@ def test_delete_by_range_is_final(backend_url: str) -> None:
         assert row == (None,)
 
 
+# What no store can keep: SQLite would take a NUL that PostgreSQL refuses mid-write, and a
+# lone surrogate cannot be encoded for either. Every entry point refuses both alike.
+UNKEEPABLE = {"nul": "a\x00b", "surrogate": "a\ud800b"}
+
+
+@pytest.mark.parametrize("bad", UNKEEPABLE.values(), ids=UNKEEPABLE.keys())
+def test_text_no_store_can_keep_is_refused_alike_and_loses_nothing(
+    backend_url: str, bad: str
+) -> None:
+    with opened(backend_url) as memory:
+        memory.add_turns("c1", make_turns(["我的护照下个月过期", "好的，记下了"]))
+        memory.upsert_chunks([chunk("k1", "the lighthouse keeper", conversation="c2")])
+        memory.flush()
+        refused: list[tuple[Any, type[Exception], str]] = [
+            (lambda: memory.search(bad), InvalidInputError, "query_text"),
+            (lambda: memory.search(bad, mode="lexical"), InvalidInputError, "query_text"),
+            (
+                lambda: memory.search(bad, hints={"strategies": ["semantic_search"]}),
+                InvalidInputError,
+                "query_text",
+            ),
+            (lambda: memory.retrieve(bad, None), InvalidInputError, "query_text"),
+            (lambda: memory.embed_query(bad), InvalidInputError, "text"),
+            (
+                lambda: memory.search("护照", filters={"conversation_id": bad}),
+                FilterError,
+                "filters.conversation_id",
+            ),
+            (
+                lambda: memory.search(
+                    "护照", filters={"speakers": {"$contains_any": ["user", bad]}}
+                ),
+                FilterError,
+                "filters.speakers",
+            ),
+            (
+                lambda: memory.add_turns(bad, make_turns(["x"])),
+                InvalidInputError,
+                "conversation_id",
+            ),
+            (
+                lambda: memory.add_turns("c1", make_turns([bad], start=5)),
+                InvalidInputError,
+                "turns[0].text",
+            ),
+            (
+                lambda: memory.add_turns(
+                    "c1", [{"turn_id": 6, "role": "user", "text": "x", "meta": {"k": [bad]}}]
+                ),
+                InvalidInputError,
+                "turns[0].meta",
+            ),
+            (lambda: memory.recent_turns(bad), InvalidInputError, "conversation_id"),
+            (lambda: memory.delete(bad, turn_range=(0, 0)), InvalidInputError, "conversation_id"),
+            (lambda: memory.delete("c2", chunk_ids=["k1", bad]), InvalidInputError, "chunk_ids"),
+            (lambda: memory.story(bad), InvalidInputError, "project_id"),
+            (lambda: memory.story("p").search(bad), InvalidInputError, "query"),
+            (
+                lambda: memory.story("p").add_entity_state(
+                    {"entity_id": "e", "chapter_index": 1, "scene_index": 1, "state": {"a": bad}}
+                ),
+                InvalidInputError,
+                "states[0].state.a",
+            ),
+            (
+                lambda: memory.story("p").add_memory_chunks(
+                    [{"chapter_index": 1, "scene_index": 1, "content": "林晚" + bad}]
+                ),
+                InvalidInputError,
+                "chunks[0].content",
+            ),
+        ]
+        for call, error, field in refused:
+            with pytest.raises(error) as caught:
+                call()
+            assert caught.value.field == field, (field, caught.value)
+            assert "NUL" in str(caught.value) or "surrogate" in str(caught.value)
+        for record in (
+            chunk("k2", bad),
+            chunk("k3", "fine", conversation=bad),
+            chunk("k4", "fine", participants=["ok", bad]),
+            chunk("k5", "fine", source=bad),
+            chunk(bad, "fine"),
+        ):
+            result = memory.upsert_chunks([record])
+            assert result.upserted == 0 and len(result.errors) == 1, result
+        # what was accepted before is intact, and nothing refused was stored
+        memory.flush()
+        assert [t.text for t in memory.recent_turns("c1")] == ["我的护照下个月过期", "好的，记下了"]
+        assert any("护照" in hit.text for hit in memory.search("护照", min_score=0))
+        stored = set(rows_of(memory).values()) - {"k1"}
+        assert stored and all(chunk_id.startswith("chk_") for chunk_id in stored), stored
+
+
 def test_tenant_isolation(backend_url: str) -> None:
     with opened(backend_url) as memory:
         a, b = memory.for_tenant("a"), memory.for_tenant("b")

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from convmem.errors import InvalidInputError
 from convmem.governance import Note
-from convmem.models import Hit
+from convmem.models import Hit, check_query_text
 from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
 from convmem.retrieve.fusion import evidence_key, interleave
 from convmem.retrieve.request import Searcher, SearchRequest
@@ -184,6 +184,7 @@ class HierarchicalMemoryService:
         ``decompose``, a question that asks several things is retrieved part by part, every
         tier, and the parts merged (:func:`merge_results`).
         """
+        check_query_text(query)
         strategies, params = _strategies(hints)
         top_k = _int_param(params, "top_k", top_k, 1, 1000)
         parts = split_questions(query) if decompose and vector is None else [query]

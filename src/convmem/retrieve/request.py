@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from convmem.errors import InvalidInputError
-from convmem.models import Hit
+from convmem.models import Hit, check_query_text
 
-__all__ = ["GRANULARITIES", "MODES", "SearchRequest", "Searcher"]
+__all__ = ["GRANULARITIES", "MAX_CANDIDATES", "MODES", "SearchRequest", "Searcher"]
 
 MODES = ("hybrid", "vector", "lexical")
 GRANULARITIES = ("turn", "chunk")
+#: The most candidates a search takes from each side (the hints' largest pool, 10 * 1000).
+MAX_CANDIDATES = 10_000
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,7 @@ class SearchRequest:
     Attributes:
         query_vector: a precomputed, normalised query vector (skips embedding the query).
         mode: ``"hybrid"`` (default), ``"vector"`` or ``"lexical"``.
-        candidates: candidates taken from each side before fusion (default
+        candidates: candidates taken from each side before fusion, 1..10,000 (default
             ``max(50, 5 * top_k)``).
         granularity: ``"chunk"`` (default): whole chunks; ``"turn"``: a dialogue hit names
             its evidence turn in ``turn_range`` and carries its chunk as ``context``
@@ -52,10 +54,7 @@ class SearchRequest:
     decompose: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.query_text, str) or not self.query_text.strip():
-            raise InvalidInputError(
-                "query_text is empty; send the question to search for", field="query_text"
-            )
+        check_query_text(self.query_text)
         top_k = self.top_k
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
             raise InvalidInputError(
@@ -77,6 +76,19 @@ class SearchRequest:
         if self.mode not in MODES:
             raise InvalidInputError(
                 f"mode must be 'hybrid', 'vector' or 'lexical', got {self.mode!r}", field="mode"
+            )
+        pool = self.candidates
+        if pool is not None and (
+            isinstance(pool, bool) or not isinstance(pool, int) or not 1 <= pool <= MAX_CANDIDATES
+        ):
+            raise InvalidInputError(
+                f"candidates must be an integer in 1..{MAX_CANDIDATES} or None (the default, "
+                f"max(50, 5 * top_k)), got {pool!r}",
+                field="candidates",
+            )
+        if not isinstance(self.decompose, bool):
+            raise InvalidInputError(
+                f"decompose must be true or false, got {self.decompose!r}", field="decompose"
             )
 
 

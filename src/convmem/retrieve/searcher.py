@@ -526,7 +526,17 @@ class HybridSearcher:
         rather than fails)."""
         dimension = self.embedding.dimension
         if request.query_vector is not None:
-            vector = np.asarray(request.query_vector, dtype=np.float32)
+            try:
+                vector = np.asarray(request.query_vector, dtype=np.float32)
+                usable = vector.ndim == 1 and bool(np.isfinite(vector).all())
+            except (TypeError, ValueError):  # not numbers
+                usable = False
+            if not usable:
+                raise InvalidInputError(
+                    f"query_vector must be a list of {dimension} finite numbers (a vector "
+                    f"from Memory.embed_query), got {repr(request.query_vector)[:60]}",
+                    field="query_vector",
+                )
             if vector.shape != (dimension,):
                 raise InvalidInputError(
                     f"query_vector has shape {vector.shape}; this store uses {dimension}-d "

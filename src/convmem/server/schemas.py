@@ -8,7 +8,6 @@ non-finite numbers), so those are a 422 too and never reach the store.
 """
 
 # No "from __future__ import annotations": FastAPI and pydantic read these at runtime.
-import math
 from typing import Annotated, Any, Literal
 
 from fastapi import Path, Request
@@ -23,7 +22,17 @@ from pydantic import (
 )
 
 from convmem.errors import InvalidInputError
-from convmem.models import MAX_SEQ, ChunkMetadata, ChunkRecord, Hit, JobInfo, Role
+from convmem.models import (
+    MAX_QUERY_CHARS,
+    MAX_SEQ,
+    ChunkMetadata,
+    ChunkRecord,
+    Hit,
+    JobInfo,
+    Role,
+    first_problem,
+    value_problem,
+)
 from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
 from convmem.story import CharactersConfig, EntityStateSnapshot, ScenePlan, StoryMemoryChunk
 
@@ -51,7 +60,6 @@ __all__ = [
     "check_json_values",
 ]
 
-INT64 = 2**63 - 1
 # The names of convmem.retrieve.routing.STRATEGIES (a test keeps the two equal).
 Strategy = Literal["semantic_search", "deep_search", "temporal_search", "persona_search"]
 Bounded = Annotated[str, Field(max_length=64)]
@@ -149,7 +157,7 @@ class Hints(BaseModel):
 
 
 class SearchIn(_Strict):
-    query_text: str = Field(min_length=1, max_length=8000)
+    query_text: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     top_k: int = Field(default=6, ge=1, le=1000)
     filters: dict[str, Any] | None = None
     hints: Hints | None = None
@@ -307,52 +315,6 @@ class RevokedOut(BaseModel):
 # -- what any body may hold ----------------------------------------------------------------
 
 
-def _bad_text(text: str) -> str | None:
-    if "\x00" in text:
-        return "holds U+0000 (NUL), which the stores cannot keep; remove it"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return (
-            f"holds a lone surrogate at character {exc.start} (an unpaired \\ud800-\\udfff "
-            "escape), which is not valid Unicode; send the text as UTF-8"
-        )
-    return None
-
-
-def _bad_value(value: Any) -> str | None:
-    if isinstance(value, str):
-        return _bad_text(value)
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) and not -INT64 <= value <= INT64:
-        return f"is {value}, beyond the 64-bit integers the stores hold; send a smaller number"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"is {value}, which is not a finite number; send a finite number"
-    return None
-
-
-def _first_problem(value: Any, path: str) -> tuple[str, str] | None:
-    """The first (path, message) of a value no store can hold, depth first."""
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, dict):
-            for key, child in reversed(item.items()):
-                child_path = f"{where}.{key}" if where else str(key)
-                problem = _bad_text(key)
-                if problem:
-                    return child_path, f"the key {problem}"
-                stack.append((child, child_path))
-        elif isinstance(item, list):
-            stack.extend((child, f"{where}[{i}]") for i, child in reversed(list(enumerate(item))))
-        else:
-            problem = _bad_value(item)
-            if problem:
-                return where, problem
-    return None
-
-
 async def check_json_values(request: Request) -> None:
     """Reject (422, naming the field) a request holding a value no store can keep.
 
@@ -360,7 +322,7 @@ async def check_json_values(request: Request) -> None:
     Path and query parameters are checked too (a %00 in a URL is a NUL).
     """
     for name, value in [*request.path_params.items(), *request.query_params.items()]:
-        bad = _bad_value(value)
+        bad = value_problem(value)
         if bad is not None:
             raise InvalidInputError(f"{name} {bad}", field=name)
     if not await request.body():
@@ -369,7 +331,7 @@ async def check_json_values(request: Request) -> None:
         body = await request.json()
     except ValueError:
         return  # not JSON: the route's own validation answers 400 or 422
-    problem = _first_problem(body, "")
+    problem = first_problem(body)
     if problem is not None:
         field, message = problem
         raise InvalidInputError(f"{field or 'the body'} {message}", field=field or None)

@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from convmem.errors import FilterError
-from convmem.models import MAX_SEQ
+from convmem.models import MAX_SEQ, text_problem
 
 __all__ = ["Condition", "FilterSpec", "matches", "parse_filters", "to_sql"]
 
@@ -99,6 +99,9 @@ def _string(field: str, value: Any) -> str:
         raise FilterError(
             f"filter {field} expects a string, got {_describe(value)}", field=f"filters.{field}"
         )
+    problem = text_problem(value)
+    if problem is not None:
+        raise FilterError(f"filter {field}'s value {problem}", field=f"filters.{field}")
     return value
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import ValidationError
 
 from convmem.errors import EmbedderError, InvalidInputError
-from convmem.models import ChunkMetadata, ChunkRecord
+from convmem.models import ChunkMetadata, ChunkRecord, check_query_text, first_problem, text_problem
 from convmem.retrieve import Searcher, SearchRequest
 from convmem.story.models import EntityStateSnapshot, StoryMemoryChunk
 
@@ -81,6 +81,9 @@ def _check_project(project_id: Any) -> str:
         raise InvalidInputError(
             "project_id must be a non-empty string of at most 200 characters", field="project_id"
         )
+    problem = text_problem(project_id)
+    if problem is not None:
+        raise InvalidInputError(f"project_id {problem}", field="project_id")
     return project_id
 
 
@@ -117,6 +120,12 @@ class StoryMemory:
         parsed: list[_Item] = []
         problems: list[dict[str, Any]] = []
         for index, raw in enumerate(items):
+            # what SQLite would keep and PostgreSQL refuse, in the words of every entry point
+            sent = raw.model_dump(mode="json") if isinstance(raw, model) else raw
+            problem = first_problem(sent, f"{name}[{index}]")
+            if problem is not None:
+                problems.append({"field": problem[0], "message": problem[1]})
+                continue
             try:
                 item = (
                     raw
@@ -126,7 +135,12 @@ class StoryMemory:
             except ValidationError as exc:
                 for err in exc.errors():
                     loc = ".".join(str(p) for p in err["loc"])
-                    problems.append({"field": f"{name}[{index}].{loc}", "message": err["msg"]})
+                    problems.append(
+                        {
+                            "field": f"{name}[{index}].{loc}",
+                            "message": str(err["msg"]).removeprefix("Value error, "),
+                        }
+                    )
                 continue
             if item.project_id != self.project_id:
                 problems.append(
@@ -203,6 +217,7 @@ class StoryMemory:
         ``before=(chapter, scene)`` keeps only chunks earlier in the story. Raises
         EmbedderError when the query cannot be embedded (unless ``lexical_only``).
         """
+        check_query_text(query, "query")
         filters: dict[str, Any] = {}
         if entities:
             filters["participants"] = {"$contains_any": list(entities)}
