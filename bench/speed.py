@@ -15,6 +15,7 @@
         --processes 1 2                   # CPU per search, one process and two side by side
     python bench/speed.py service-cpu --store-path /somewhere/turns.db --trees <old>/src src
     python bench/speed.py minilm                          # pipeline vs bare model throughput
+    python bench/speed.py long-query --trees <old>/src src  # questions of 300-8,000 characters
 
 Search latency excludes embedding the query (vectors are precomputed, as MemoryRetrieval
 passes them), and includes the lexical side, fusion and loading the hits. With
@@ -52,6 +53,7 @@ from convmem.text import is_mostly_cjk, tokenize
 from reports import save
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
+BENCH = Path(__file__).resolve().parent
 
 
 def rss_mb() -> float:
@@ -885,6 +887,74 @@ def bench_service_cpu(
     return _medians(found)
 
 
+LONG_KINDS = ("chat", "common", "rare")
+
+
+def long_question(kind: str, length: int, seed: int) -> str:
+    """A question of ``length`` characters: Chinese chat lines run together (``chat``),
+    random characters of everyday words (``common``), or random CJK characters, most of
+    which jieba's tagger has never seen (``rare``): what a caller or an attacker can send
+    up to the HTTP limit."""
+    rng = random.Random(seed)
+    if kind == "chat":
+        rows = [json.loads(line) for line in (BENCH / "data" / "facts_zh.jsonl").open()]
+        lines = [turn["text"] for row in rows for turn in row["turns"]]
+        text = ""
+        while len(text) < length:
+            text += rng.choice(lines)
+        return text[:length]
+    if kind == "common":
+        alphabet = "我你他的是了在有人这中大为上个国们到说就时要也以会得可出那下而杭州西湖龙井茶叶"
+        return "".join(rng.choice(alphabet) for _ in range(length))
+    return "".join(chr(rng.randint(0x4E00, 0x9FA5)) for _ in range(length))
+
+
+def long_searches(store_path: Path, lengths: list[int], repeats: int) -> dict[str, Any]:
+    """Milliseconds per search (median of ``repeats``) of each kind and length of question,
+    through ``Memory.search`` with its defaults (the calibrated path reads the question's
+    names, which jieba's part-of-speech tagger finds)."""
+    with Memory.open(str(store_path), workers=0) as memory:
+        memory.search("林峰哪天生日？")
+        memory.search("When is my passport due?")
+        found: dict[str, float] = {}
+        for kind in LONG_KINDS:
+            for length in lengths:
+                times = []
+                for repeat in range(repeats):
+                    question = long_question(kind, length, seed=repeat)
+                    began = time.perf_counter()
+                    memory.search(question)
+                    times.append(time.perf_counter() - began)
+                found[f"{kind} {length}"] = round(statistics.median(times) * 1000, 1)
+    return found
+
+
+def bench_long_queries(
+    trees: list[str], lengths: list[int], repeats: int, rounds: int
+) -> dict[str, Any]:
+    """``long_searches`` for each tree (a ``src`` folder first on PYTHONPATH), trees
+    alternating within every round, over one store of facts chats built by the first."""
+    with tempfile.TemporaryDirectory() as folder:
+        store_path = Path(folder) / "long.db"
+        rows = [json.loads(line) for line in (BENCH / "data" / "facts_zh.jsonl").open()][:4]
+        with Memory.open(str(store_path)) as memory:
+            for row in rows:
+                memory.add_turns(row["conversation_id"], row["turns"])
+            memory.flush(timeout=600)
+        found: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(rounds):
+            for tree in trees:
+                env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+                command = [sys.executable, __file__, "long-query-child"]
+                command += ["--store-path", str(store_path), "--repeats", str(repeats)]
+                command += ["--lengths", *map(str, lengths)]
+                done = subprocess.run(command, capture_output=True, text=True, env=env)
+                if done.returncode:
+                    raise SystemExit(f"long-query-child failed under {tree}: {done.stderr}")
+                found.setdefault(tree, []).append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return _medians(found)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -967,6 +1037,19 @@ def main() -> int:
     service_cpu.add_argument("--clients", type=int, default=2)
     service_cpu.add_argument("--queries", type=int, default=300, help="per client")
     service_cpu.add_argument("--rounds", type=int, default=2)
+    long_query = sub.add_parser(
+        "long-query",
+        parents=[common],
+        help="search latency of questions of 300-8,000 characters, trees alternating",
+    )
+    long_query.add_argument("--trees", nargs="+", default=["src"])
+    long_query.add_argument("--lengths", type=int, nargs="+", default=[300, 2000, 8000])
+    long_query.add_argument("--repeats", type=int, default=3)
+    long_query.add_argument("--rounds", type=int, default=1)
+    long_child = sub.add_parser("long-query-child", parents=[common])
+    long_child.add_argument("--store-path", type=Path, required=True)
+    long_child.add_argument("--lengths", type=int, nargs="+", required=True)
+    long_child.add_argument("--repeats", type=int, default=3)
     minilm = sub.add_parser("minilm", parents=[common])
     minilm.add_argument("--conversations", type=int, default=2)
     minilm.add_argument("--repeats", type=int, default=3)
@@ -1006,6 +1089,10 @@ def main() -> int:
         result = bench_service_cpu(
             args.store_path, args.trees, args.clients, args.queries, args.rounds
         )
+    elif args.what == "long-query":
+        result = bench_long_queries(args.trees, args.lengths, args.repeats, args.rounds)
+    elif args.what == "long-query-child":
+        result = long_searches(args.store_path, args.lengths, args.repeats)
     elif args.what == "cpu-child":
         result = cpu_searches(args.store_path, args.queries, args.seed, args.passes)
     else:

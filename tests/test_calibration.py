@@ -32,6 +32,7 @@ from convmem.retrieve.unknowns import (
     GENERAL_MARGIN,
     GENERAL_MARGIN_FOLLOW_UP,
     GENERAL_MARGIN_SAID,
+    NAME_TEXT,
     RARITY_SCALE,
     absent_rarity,
     absent_share,
@@ -49,6 +50,7 @@ from convmem.retrieve.unknowns import (
 )
 from convmem.server import ServerSettings, create_app
 from convmem.text import address_names, background_idf, chinese_names
+from convmem.text.segment import _known_to_tagger, _tagger_chars
 from convmem.text.synonyms import synonym_groups
 from helpers import chat_of, make_turns
 
@@ -409,6 +411,23 @@ def test_chinese_personal_names_are_names_and_common_words_are_not() -> None:
     scope = (30, {"陈静": 3, "静开": 1})
     assert unknown_name(name_terms("陈静开的是什么店？"), scope) == 0.0
     assert unknown_name(name_terms("林峰开的是什么店？"), scope) == 1.0
+
+
+def test_characters_the_tagger_never_saw_are_breaks_and_names_beside_them_are_found() -> None:
+    """jieba's tagger tries every state pair on a character it has no states for (8 s for
+    2,000 rare ones, bench/speed.py long-query); such a character is read as a comma."""
+    rare = "彧燚犇翀"
+    assert all(ch not in _tagger_chars() for ch in rare)
+    assert _known_to_tagger("林峰说" + rare + "也去") == "林峰说，，，，也去"
+    assert chinese_names(rare * 50 + "林峰哪天生日？" + rare * 50) == ["林峰"]
+    assert chinese_names("我同事张彧今天请假") == []  # no name before the change either
+
+
+def test_names_reads_the_newest_characters_of_a_long_question() -> None:
+    filler = "今天天气不错，" * 200  # 1,400 characters
+    assert "林峰" in names(filler + "林峰哪天生日？")
+    assert "林峰" not in names("林峰哪天生日？" + filler)
+    assert len(filler) > NAME_TEXT
 
 
 def test_a_person_addressed_by_surname_is_a_name() -> None:
