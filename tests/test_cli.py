@@ -222,6 +222,37 @@ def test_delete_without_a_scope_is_a_usage_error_and_all_says_what_it_deleted(
     assert code == 2 and "not allowed with" in err
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "words"),
+    [
+        ("latin1.jsonl", b"\xff\xfe{}\n", "is not UTF-8 (byte 0)"),
+        ("list.jsonl", b"[1]\n", "list.jsonl:1 is not a turn with a conversation_id"),
+        ("broken.json", b"{bad", "is not JSON"),
+        ("numbers.json", b"[1, 2, 3]", "sample 0 is not a LoCoMo sample"),
+        (
+            "nospeaker.json",
+            b'{"conversation": {"session_1": [{"text": "hi"}], '
+            b'"session_1_date_time": "1:56 pm on 8 May, 2023"}}',
+            "lacks 'speaker'",
+        ),
+        (
+            "nodate.json",
+            b'{"conversation": {"session_1": [{"speaker": "A", "text": "hi"}]}}',
+            "lacks 'session_1_date_time'",
+        ),
+    ],
+)
+def test_a_malformed_input_file_is_a_usage_error_naming_what_it_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: bytes, words: str
+) -> None:
+    # these once ended in "unexpected TypeError ... report it" (exit 1) or a bare decode error
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, out, err = _run(capsys, "--store", str(tmp_path / "m.db"), "ingest", str(path))
+    assert code == 2 and out == "" and words in err, err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
 def test_missing_input_file_is_one_line_and_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,11 +72,22 @@ def iter_conversations(path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]
     ``.jsonl``: one turn per line with ``conversation_id`` (consecutive lines of one
     conversation form a batch). ``.json``: a LoCoMo sample or a list of them.
     """
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            f"{path} is not UTF-8 (byte {exc.start}); save it as UTF-8", field="file"
+        ) from None
     if path.suffix == ".json":
-        data = json.loads(text)
-        for sample in data if isinstance(data, list) else [data]:
-            yield locomo_conversation(sample)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(
+                f"{path} is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                field="file",
+            ) from None
+        for index, sample in enumerate(data if isinstance(data, list) else [data]):
+            yield _locomo_sample(path, index, sample)
         return
     current: str | None = None
     batch: list[dict[str, Any]] = []
@@ -89,10 +100,10 @@ def iter_conversations(path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]
             raise InvalidInputError(
                 f"{path}:{number} is not JSON: {exc.msg}", field=f"line {number}"
             ) from None
-        conversation_id = row.get("conversation_id")
+        conversation_id = row.get("conversation_id") if isinstance(row, dict) else None
         if not isinstance(conversation_id, str):
             raise InvalidInputError(
-                f"{path}:{number} has no conversation_id string",
+                f"{path}:{number} is not a turn with a conversation_id string",
                 field=f"line {number}.conversation_id",
             )
         if conversation_id != current and batch:
@@ -103,3 +114,27 @@ def iter_conversations(path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]
         batch.append(row)
     if batch and current is not None:
         yield current, batch
+
+
+def _locomo_sample(path: Path, index: int, sample: Any) -> tuple[str, list[dict[str, Any]]]:
+    """:func:`locomo_conversation` of a file's ``index``-th sample, or an error naming what
+    the sample lacks (a ``.json`` file holds LoCoMo samples: ``conversation`` with
+    ``session_N``, ``session_N_date_time`` and turns with ``speaker`` and ``text``)."""
+    where = f"{path} sample {index}"
+    if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
+        raise InvalidInputError(
+            f"{where} is not a LoCoMo sample (an object whose 'conversation' holds session_1, "
+            "session_1_date_time, ...); send turns as .jsonl instead",
+            field="file",
+        )
+    try:
+        return locomo_conversation(sample)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        if isinstance(exc, InvalidInputError):
+            raise
+        lacks = f"lacks {exc}" if isinstance(exc, KeyError) else f"is malformed ({exc})"
+        raise InvalidInputError(
+            f"{where} {lacks}: each session_N needs session_N_date_time and turns with "
+            "'speaker' and 'text'",
+            field="file",
+        ) from None
