@@ -439,6 +439,25 @@ def test_search_in_a_fresh_temporary_store_returns_nothing() -> None:
         assert memory.search("anything") == []
 
 
+def test_a_tenant_whose_every_vector_is_deleted_searches_to_nothing(tmp_path: Path) -> None:
+    # with the HNSW sidecar from the first row on, an emptied index was asked for 0
+    # neighbours (usearch: "count must be a positive integer")
+    with Memory.open(
+        str(tmp_path / "m.db"),
+        embedder=HashingEmbedder(),
+        marker=KeepAllMarker(),
+        workers=0,
+        ann_min_rows=0,
+    ) as memory:
+        memory.add_turns("trip", make_turns(TRIP))
+        memory.flush()
+        assert memory.search("吉他", mode="vector", min_score=0)
+        memory.delete("trip")
+        memory.flush()
+        for mode in ("vector", "hybrid"):
+            assert memory.search("吉他", mode=mode, min_score=0) == []
+
+
 def test_search_modes_and_precomputed_vectors(trip: Memory) -> None:
     lexical = trip.search("吉他", top_k=1, mode="lexical")
     vector = trip.search("吉他", top_k=1, mode="vector")

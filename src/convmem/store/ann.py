@@ -178,6 +178,8 @@ class AnnIndex:
         with self._lock:
             index = self._index
             total = len(index)
+            if not total:  # every vector deleted (an index used from 0 rows on)
+                return []
             want = pool if not spec.conditions else pool * 4
             while True:
                 count = min(total, max(want, pool))
