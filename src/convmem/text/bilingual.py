@@ -22,6 +22,7 @@ package every bridge is 0.0 and there is no translation (:func:`available`).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import importlib.resources
@@ -327,13 +328,15 @@ def _load_cached(path: Path) -> Lexicon | None:
 
 def _store_cached(path: Path, parsed: Lexicon) -> None:
     body = {"english": parsed.english, "chinese": parsed.chinese, "pinyin": parsed.pinyin}
+    partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         partial.write_text(json.dumps(body, ensure_ascii=False), encoding="utf-8")
         os.replace(partial, path)  # readers see the whole file or none
     except OSError as exc:  # a read-only or full disk: the next process parses again
         logger.debug("the parsed dictionary was not cached at %s: %s", path, exc)
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
 
 
 def available() -> bool:
