@@ -250,8 +250,9 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         the embedding model, the ranker and the everyday chat lines (one Chinese and one
         English search of this tenant, their hits dropped) and the Chinese-English
         dictionary when installed (0.2 s from the user's cache folder, 2-5 s the first
-        time it is parsed; read by the first cross-language question). A long-running process calls it before it serves (``convmem serve`` and
-        ``convmem mcp`` do, and then freeze what it loaded); returns the seconds it took.
+        time it is parsed; read by the first cross-language question). A long-running
+        process calls it before it serves (``convmem serve`` and ``convmem mcp`` do, and
+        then freeze what it loaded); returns the seconds it took.
         An embedder that cannot answer now (a remote endpoint down) does not stop it: a
         search whose question cannot be embedded searches lexically and logs why."""
         began = time.perf_counter()
