@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -890,6 +891,12 @@ def bench_service_cpu(
 LONG_KINDS = ("chat", "common", "rare")
 
 
+@functools.cache
+def _facts_chats() -> list[dict[str, Any]]:
+    """The chats of bench/data/facts_zh.jsonl, read once."""
+    return [json.loads(line) for line in (BENCH / "data" / "facts_zh.jsonl").open()]
+
+
 def long_question(kind: str, length: int, seed: int) -> str:
     """A question of ``length`` characters: Chinese chat lines run together (``chat``),
     random characters of everyday words (``common``), or random CJK characters, most of
@@ -897,8 +904,7 @@ def long_question(kind: str, length: int, seed: int) -> str:
     up to the HTTP limit."""
     rng = random.Random(seed)
     if kind == "chat":
-        rows = [json.loads(line) for line in (BENCH / "data" / "facts_zh.jsonl").open()]
-        lines = [turn["text"] for row in rows for turn in row["turns"]]
+        lines = [turn["text"] for row in _facts_chats() for turn in row["turns"]]
         text = ""
         while len(text) < length:
             text += rng.choice(lines)
@@ -936,7 +942,7 @@ def bench_long_queries(
     alternating within every round, over one store of facts chats built by the first."""
     with tempfile.TemporaryDirectory() as folder:
         store_path = Path(folder) / "long.db"
-        rows = [json.loads(line) for line in (BENCH / "data" / "facts_zh.jsonl").open()][:4]
+        rows = _facts_chats()[:4]
         with Memory.open(str(store_path)) as memory:
             for row in rows:
                 memory.add_turns(row["conversation_id"], row["turns"])

@@ -305,8 +305,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                 text no store can keep (a NUL, a lone surrogate), bad ``top_k``, mode,
                 candidates, vector or filters.
         """
-        if hints is not None:
-            check_query_text(query_text)
+        if hints is not None:  # the hierarchical service checks the question
             return self.retrieve(
                 query_text,
                 hints,

@@ -245,12 +245,11 @@ class Turn(_Frozen):
     @field_validator("text")
     @classmethod
     def _text(cls, value: str) -> str:
-        _storable(value, "text")
         if not value.strip():
             raise ValueError("text is empty; send the turn's words, or leave the turn out")
         return value
 
-    @field_validator("turn_id", "name", "meta")
+    @field_validator("turn_id", "text", "name", "meta")
     @classmethod
     def _keepable(cls, value: Any, info: ValidationInfo) -> Any:
         return _storable(value, info.field_name or "value")

@@ -94,12 +94,16 @@ def names(query: str) -> list[str]:
         ):
             found.append(word)
     if chinese:
-        # jieba's tagger costs up to 0.5 ms a character: the newest NAME_TEXT characters
-        # bound it (a question is shorter; MADial's longest Chinese window has 290)
-        tail = query[-NAME_TEXT:]
-        found.extend(name for name in chinese_names(tail) if name not in found)
+        found.extend(name for name in _personal_names(query) if name not in found)
         found.extend(name for name in address_names(query) if name not in found)
     return found
+
+
+def _personal_names(query: str) -> list[str]:
+    """:func:`~convmem.text.chinese_names` of the question's newest :data:`NAME_TEXT`
+    characters: jieba's tagger costs up to 0.5 ms a character, and a question is shorter
+    (MADial's longest Chinese window has 290)."""
+    return chinese_names(query[-NAME_TEXT:])
 
 
 def specific_words(query: str) -> list[str]:
@@ -387,7 +391,7 @@ def _names_someone(query: str, named: Sequence[str] | None = None) -> bool:
         return True
     if named is not None:
         return bool(named)
-    return bool(chinese_names(query[-NAME_TEXT:]) or address_names(query))
+    return bool(_personal_names(query) or address_names(query))
 
 
 def general_question_of_english(
