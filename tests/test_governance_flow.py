@@ -155,6 +155,53 @@ def test_an_ambiguous_target_needs_confirmation(
     assert hits and hits[0].pending  # retrieval shows it as awaiting confirmation
 
 
+def test_a_turn_hit_is_pending_only_when_its_own_turn_awaits_confirmation(governed: Memory) -> None:
+    texts = [
+        "我对花生过敏。",
+        "我喜欢靠窗的座位。",
+        "机票怎么订最便宜？",
+        "提前两个月在官网订通常最便宜，周二价格最低。",
+        "酒店呢？",
+        "酒店提前一周订就行。",
+        "记住这个",
+    ]
+    roles = ["user", "user", "user", "assistant", "user", "assistant", "user"]
+    governed.add_turns("c", _timed(texts, roles, [0, 1, 2, 3, 4, 5, 180]))
+    governed.flush()
+    (pin,) = governed.pins("c")
+    assert pin.status == "pending" and pin.target_turn_ids == [2, 3, 4, 5]
+    # one chunk holds the confirmed preference (turn 1) beside the pending targets 2 and 3
+    (chunk,) = [
+        hit
+        for hit in governed.search("座位 机票", top_k=5, granularity="chunk")
+        if {1, 2} <= set(hit.metadata["turn_seqs"])
+    ]
+    assert chunk.pending and chunk.metadata["pending_seqs"] == [2, 3]
+
+    def turn_flags() -> dict[int, tuple[bool, bool, bool]]:
+        return {
+            hit.metadata["turn_range"][0]: (
+                hit.pending,
+                hit.metadata["requires_confirmation"],
+                hit.metadata["pinned"],
+            )
+            for hit in governed.search("座位 机票", top_k=5)
+        }
+
+    flags = turn_flags()
+    assert flags[1] == (False, False, False)  # not its neighbours' pending pin
+    assert flags[2] == (True, True, True)
+    (note,) = governed.notes("c", status="pending")
+    governed.update_note(note.note_id, confirm=True)
+    governed.flush()
+    assert turn_flags()[2] == (False, False, True)
+    # a chunk cut before the worker listed its pending turns: every turn keeps the chunk's
+    # flag, as before
+    conn = governed.store._db()
+    conn.execute("UPDATE chunks SET metadata = json_remove(metadata, '$.pinned_seqs')")
+    assert turn_flags()[1] == (False, False, True)
+
+
 def test_a_self_contained_save_pins_itself(governed: Memory) -> None:
     governed.add_turns("c", make_turns(["今天好累。", "早点休息吧。", "记住：我对青霉素过敏"]))
     governed.flush()

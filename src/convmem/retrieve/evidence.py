@@ -389,6 +389,7 @@ def _turn_hit(unit: _Unit, score: float, evidence: Evidence, best: float | None)
     metadata: dict[str, Any] = {
         key: value for key, value in hit.metadata.items() if key != "turn_offsets"
     }
+    pending = _own_flag(hit.metadata, "pending_seqs", "requires_confirmation", unit.seq)
     metadata.update(
         {
             "turn_range": [unit.seq, unit.seq],
@@ -397,6 +398,8 @@ def _turn_hit(unit: _Unit, score: float, evidence: Evidence, best: float | None)
             "chunk_turn_range": hit.metadata.get("turn_range"),
             "granularity": "turn",
             "evidence": features,
+            "requires_confirmation": pending,
+            "pinned": _own_flag(hit.metadata, "pinned_seqs", "pinned", unit.seq),
         }
     )
     return hit.model_copy(
@@ -405,8 +408,19 @@ def _turn_hit(unit: _Unit, score: float, evidence: Evidence, best: float | None)
             "text": unit.text,
             "metadata": metadata,
             "context": hit.text,
+            "pending": pending,
         }
     )
+
+
+def _own_flag(metadata: Mapping[str, Any], seqs: str, flag: str, seq: int) -> bool:
+    """A turn's own governance flag: whether ``seq`` is among the chunk's ``seqs`` (which
+    of its turns are pinned, or pending); a chunk cut before the worker listed them (or one
+    a caller wrote) gives its own ``flag`` to every turn it holds, as it did before."""
+    listed = metadata.get(seqs)
+    if isinstance(listed, list):
+        return seq in listed
+    return bool(metadata.get(flag))
 
 
 def _similarities(

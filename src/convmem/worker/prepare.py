@@ -273,8 +273,10 @@ def _govern(record: ChunkRecord, seqs: Sequence[int], derived: Derived) -> Chunk
     """Chunk governance metadata from its turns' effective marks.
 
     Importance and category of the most important turn; pinned or pending when any turn
-    is; the chunk expires with its first turn to expire (the sweep then re-cuts it without
-    that turn), so expired text is never returned.
+    is, and which turns are (``pinned_seqs``, ``pending_seqs``: a turn-level hit is pending
+    only when its own turn is, not when a neighbour in its chunk awaits confirmation); the
+    chunk expires with its first turn to expire (the sweep then re-cuts it without that
+    turn), so expired text is never returned.
     """
     marks = [derived.effective[seq] for seq in seqs]
     top = max(marks, key=lambda mark: mark.importance)
@@ -285,6 +287,12 @@ def _govern(record: ChunkRecord, seqs: Sequence[int], derived: Derived) -> Chunk
         "expires_at": iso(min(expiries)) if expiries else None,
         "pinned": any(mark.user_triggered_save for mark in marks),
         "requires_confirmation": any(mark.requires_confirmation for mark in marks),
+        "pinned_seqs": [
+            seq for seq, mark in zip(seqs, marks, strict=True) if mark.user_triggered_save
+        ],
+        "pending_seqs": [
+            seq for seq, mark in zip(seqs, marks, strict=True) if mark.requires_confirmation
+        ],
         "turn_seqs": list(seqs),
     }
     return record.model_copy(update={"metadata": record.metadata.model_copy(update=update)})
