@@ -191,6 +191,16 @@ def test_a_turn_hit_is_pending_only_when_its_own_turn_awaits_confirmation(govern
     flags = turn_flags()
     assert flags[1] == (False, False, False)  # not its neighbours' pending pin
     assert flags[2] == (True, True, True)
+
+    def found(**filters: bool) -> list[int]:
+        hits = governed.search("座位 机票 花生", top_k=10, filters=filters, min_score=0)
+        return sorted(hit.metadata["turn_range"][0] for hit in hits)
+
+    # a filter on these flags is met by each turn's own (a chunk's says "any of its turns")
+    assert found(pinned=True) == found(requires_confirmation=True) == [2, 3, 4, 5]
+    assert found(pinned=False) == found(requires_confirmation=False) == [0, 1]
+    chunks = governed.search("座位", top_k=10, filters={"pinned": False}, granularity="chunk")
+    assert chunks == []  # both chunks hold a pinned turn
     (note,) = governed.notes("c", status="pending")
     governed.update_note(note.note_id, confirm=True)
     governed.flush()

@@ -6,7 +6,8 @@ overrides, time moving on, expiry sweeps, range deletes, re-chunks and purges.
 After every step both backends hold the same marks, pins and notes and find the same
 turns; and on each: no mark, note or hit of a deleted turn, no note or hit past its
 expiry, no hit of a dropped turn, and a hit is pending exactly when its own turn awaits
-confirmation (a turn hit once took that flag from any turn of its chunk).
+confirmation (a turn hit once took that flag from any turn of its chunk), and a filter on
+``pinned`` or ``requires_confirmation`` is met by each turn's own flag.
 """
 
 from __future__ import annotations
@@ -129,6 +130,13 @@ def _check(memory: Memory, now: float, deleted: set[tuple[str, int]]) -> None:
             mark = marks[conversation, seq]  # never a deleted turn: it has no mark
             assert mark.mark.keep and live(mark.expires_at), (query, mark)
             assert hit.pending == mark.mark.requires_confirmation, (query, mark)
+    # a filter on a turn's flags is met by each turn's own
+    for field, value in (("pinned", True), ("requires_confirmation", False)):
+        for hit in memory.search(QUERIES[0], top_k=50, min_score=0, filters={field: value}):
+            conversation, (seq, _) = hit.metadata["conversation_id"], hit.metadata["turn_range"]
+            mark = marks[conversation, seq].mark
+            own = mark.user_triggered_save if field == "pinned" else mark.requires_confirmation
+            assert own is value and hit.metadata[field] is value, (field, mark)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -41,6 +41,7 @@ from convmem.text.synonyms import spelling
 
 __all__ = [
     "ANSWER_WEIGHT",
+    "OWN_FLAGS",
     "PER_CHUNK",
     "RANKER_WEIGHT",
     "RELEVANCE_WEIGHT",
@@ -413,6 +414,18 @@ def _turn_hit(unit: _Unit, score: float, evidence: Evidence, best: float | None)
     )
 
 
+#: Filter fields a turn-level hit answers with its own turn's flag: the chunk's column
+#: says whether any of its turns is pinned or pending, the listed seqs which ones.
+OWN_FLAGS = {"pinned": "pinned_seqs", "requires_confirmation": "pending_seqs"}
+
+
+def _flag_of(unit: _Unit, field: str) -> bool:
+    """A unit's value for one of :data:`OWN_FLAGS`: its turn's, or a whole chunk's."""
+    if unit.seq is None:
+        return bool(unit.hit.metadata.get(field))
+    return _own_flag(unit.hit.metadata, OWN_FLAGS[field], field, unit.seq)
+
+
 def _own_flag(metadata: Mapping[str, Any], seqs: str, flag: str, seq: int) -> bool:
     """A turn's own governance flag: whether ``seq`` is among the chunk's ``seqs`` (which
     of its turns are pinned, or pending); a chunk cut before the worker listed them (or one
@@ -600,8 +613,12 @@ def turn_hits(
     ranker_weight: float = RANKER_WEIGHT,
     coverage_query: str | None = None,
     synonyms: Mapping[str, Sequence[str]] | None = None,
+    flags: Sequence[tuple[str, bool]] = (),
 ) -> list[Hit]:
     """Turn-level hits from chunk hits (best first): at most one hit per turn.
+
+    ``flags``: filter conditions on :data:`OWN_FLAGS` that each turn must meet by its own
+    flag (``pinned: true`` returns the pinned turns, not their chunk's other turns).
 
     ``query_vector``: the question's vector, or several (one per row: the question and
     its rewording in the candidates' words), a line's cosine the best of them. ``embed``
@@ -617,7 +634,7 @@ def turn_hits(
     question rather than one word of eleven); ``synonyms``: the question's words with those
     synonyms (:func:`~convmem.text.synonyms.synonym_groups`), any of which holds the word.
     """
-    units = _units(hits)
+    units = [unit for unit in _units(hits) if all(_flag_of(unit, f) == value for f, value in flags)]
     if not units:
         return []
     known = line_tokens or {}

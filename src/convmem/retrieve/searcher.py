@@ -37,7 +37,7 @@ from convmem.retrieve.calibration import (
     hit_language,
     question_language,
 )
-from convmem.retrieve.evidence import chunk_evidence, named, turn_hits, without_names
+from convmem.retrieve.evidence import OWN_FLAGS, chunk_evidence, named, turn_hits, without_names
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse, interleave
 from convmem.retrieve.preretrieval import dialogue_vector
 from convmem.retrieve.ranker import Ranker, ranker_for
@@ -232,6 +232,9 @@ class HybridSearcher:
             if asked != request.query_text:
                 request = replace(request, query_text=asked)
         spec = parse_filters(request.filters, tenant=request.tenant)
+        flags: tuple[tuple[str, bool], ...] = ()
+        if request.granularity == "turn":
+            spec, flags = _own_flag_conditions(spec)
         mode = request.mode
         vector = self._query_vector(request, spec)
         if vector is None and mode == "hybrid":
@@ -362,6 +365,7 @@ class HybridSearcher:
                 stored,
                 known,
                 (covered_query, groups) if extra else None,
+                flags,
             )
         else:
             hits = chunk_evidence(hits, lexical_query, similarity)
@@ -490,6 +494,7 @@ class HybridSearcher:
         stored: dict[int, bytes],
         known: dict[str, tuple[str, ...]],
         synonyms: tuple[str, dict[str, list[str]]] | None = None,
+        flags: Sequence[tuple[str, bool]] = (),
     ) -> list[Hit]:
         """The chunk hits as turn-level evidence (:func:`~convmem.retrieve.evidence.turn_hits`)
         for the cleaned ``query``, with the turn vectors and line tokens the worker stored
@@ -518,6 +523,7 @@ class HybridSearcher:
             line_tokens=known,
             coverage_query=synonyms[0] if synonyms else None,
             synonyms=synonyms[1] if synonyms else None,
+            flags=flags,
         )
 
     def _query_vector(self, request: SearchRequest, spec: FilterSpec) -> np.ndarray | None:
@@ -659,6 +665,18 @@ class HybridSearcher:
         with self._ann_lock:
             for index in self._ann.values():
                 index.save()
+
+
+def _own_flag_conditions(spec: FilterSpec) -> tuple[FilterSpec, tuple[tuple[str, bool], ...]]:
+    """A turn-level search's filter on :data:`~convmem.retrieve.evidence.OWN_FLAGS`: each
+    turn meets it by its own flag. Chunks are read under ``true`` (a chunk holds such a
+    turn only if its column says so) but not under ``false`` (a chunk with one pinned
+    turn holds unpinned ones too); the turns are then checked one by one."""
+    flags = tuple((c.field, bool(c.value)) for c in spec.conditions if c.field in OWN_FLAGS)
+    if not flags:
+        return spec, ()
+    kept = tuple(c for c in spec.conditions if c.field not in OWN_FLAGS or c.value is True)
+    return FilterSpec(kept), flags
 
 
 class TurnVectors:

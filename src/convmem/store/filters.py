@@ -14,8 +14,9 @@ The filter language (a dict; its keys are ANDed):
 ``turn_range``          ``[start, end]`` ints, either may be null; chunks holding a turn
                         in it (chunks that list no ``turn_seqs``: overlapping it)
 ``importance``          a number, or ``{"$gte"|"$gt"|"$lte"|"$lt"|"$eq": x}``
-``pinned``              ``true`` / ``false``
-``requires_confirmation``  ``true`` / ``false``
+``pinned``              ``true`` / ``false`` (a chunk: any of its turns; a turn-level
+                        search then checks each turn's own flag)
+``requires_confirmation``  ``true`` / ``false`` (as ``pinned``)
 ``deleted``             only ``false`` (deleted memory is never returned)
 ``tenant``              only the caller's own tenant
 ======================  ==========================================================
