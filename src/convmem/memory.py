@@ -18,7 +18,7 @@ from typing import Any
 from convmem.clock import Clock
 from convmem.embed import Embedder, EmbeddingService
 from convmem.engine import open_engine
-from convmem.errors import FlushTimeoutError, InvalidInputError, StoreError
+from convmem.errors import EmbeddingMismatchError, FlushTimeoutError, InvalidInputError, StoreError
 from convmem.facade import GovernanceMethods, OperationsMethods, StoryMethods
 from convmem.governance import GovernancePolicy, Marker
 from convmem.ids import (
@@ -222,12 +222,16 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
 
         Raises:
             FlushTimeoutError: jobs were still pending after ``timeout`` seconds.
+            EmbeddingMismatchError: jobs are pending and this process can no longer run
+                them: the store was reindexed to another model since it was opened.
         """
         deadline = time.monotonic() + timeout
         while True:
             pending, failed = self._engine.store.backlog(self._tenant)
             if pending == 0:
                 return FlushResult(pending=0, failed=failed)
+            if self._engine.indexer.stale is not None:
+                raise EmbeddingMismatchError(self._engine.indexer.stale)
             if time.monotonic() >= deadline:
                 raise FlushTimeoutError(
                     f"{pending} index jobs still pending after {timeout:g}s "
@@ -558,8 +562,16 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
 
     def reindex(self, *, batch_size: int = 256) -> int:
         """Re-embed every live chunk (and the turns it holds) from its stored text with this
-        handle's embedder, and store its lines' search tokens again."""
+        handle's embedder, and store its lines' search tokens again.
+
+        The store records the new model first: from then on a process still running the
+        old one cannot write vectors (its index worker stops, its chunk writes raise
+        :class:`~convmem.errors.EmbeddingMismatchError`), and vector search reads only
+        vectors of its own dimension, so a search during the reindex finds the chunks
+        re-embedded so far (and every chunk lexically). Run it again if it stops part way.
+        """
         engine = self._engine
+        engine.store.set_embedding_model(engine.embedding.model_id, engine.embedding.dimension)
         count = 0
         for rows in engine.store.iter_live_chunks(batch_size):
             embedded = embed_chunks(
@@ -582,7 +594,6 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                 engine.embedding.model_id,
             )
             count += len(rows)
-        engine.store.set_embedding_model(engine.embedding.model_id, engine.embedding.dimension)
         engine.searcher.reset_indexes()
         logger.info("re-embedded %d chunks with %s", count, engine.embedding.model_id)
         return count

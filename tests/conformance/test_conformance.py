@@ -24,7 +24,13 @@ from hypothesis import strategies as st
 
 from conftest import drop_schema, postgres_base_url
 from convmem import HashingEmbedder, Memory
-from convmem.errors import EmbeddingMismatchError, FilterError, InvalidInputError, TurnConflictError
+from convmem.errors import (
+    EmbedderError,
+    EmbeddingMismatchError,
+    FilterError,
+    InvalidInputError,
+    TurnConflictError,
+)
 from convmem.governance import KeepAllMarker
 from convmem.ingest import known_tokens, line_clauses, line_tokens, turn_lines
 from convmem.models import ChunkMetadata, Hit
@@ -449,6 +455,65 @@ def test_dimension_mismatch(backend_url: str) -> None:
         ) as m:
             assert m.reindex() == 1
             assert [hit.chunk_id for hit in m.search("sixty four", top_k=3)] == ["k"]
+
+
+class _DownAfterOneBatch(HashingEmbedder):
+    """A real hashing embedder whose model server is lost for one call, its second."""
+
+    def __init__(self, dimension: int) -> None:
+        super().__init__(dimension)
+        self.calls = 0
+
+    def embed(self, texts: Any) -> Any:
+        self.calls += 1
+        if self.calls == 2:
+            raise EmbedderError("model server unavailable")
+        return super().embed(texts)
+
+
+def test_a_reindex_shuts_out_the_old_model_and_searches_survive_one_half_done(
+    backend_url: str,
+) -> None:
+    """A process still running the model a reindex moves the store from could write its
+    vectors into the new space (SQLite then failed every search of the tenant with a
+    reshape error; PostgreSQL hid those chunks from vector search). It is refused, its
+    jobs wait for a process of the new model, and a reindex cut short leaves a store that
+    every process can still search."""
+    # SQLite's tenant-wide vector search through its HNSW sidecar from the first row on
+    sidecar = {"ann_min_rows": 0}
+    old = Memory.open(
+        backend_url, embedder=HashingEmbedder(64), marker=KeepAllMarker(), workers=0, **sidecar
+    )
+    with old:
+        old.add_turns("c", make_turns([f"灯塔 第{n}句 lighthouse {n}" for n in range(12)]))
+        old.flush()
+        with opened(
+            backend_url, embedder=_DownAfterOneBatch(32), allow_model_change=True, **sidecar
+        ) as moving:
+            with pytest.raises(EmbedderError):
+                moving.reindex(batch_size=1)  # the model is lost after one chunk
+            # half done: the store records the new model, one chunk has its vector
+            for memory in (moving, old):
+                for filters in (None, {"conversation_id": "c"}):
+                    for mode in ("hybrid", "vector"):
+                        memory.search("灯塔", filters=filters, mode=mode, min_score=0)
+            vector_hits = moving.search("灯塔", mode="vector", min_score=0, granularity="chunk")
+            assert len(vector_hits) == 1
+        # the old process: its writes are accepted, but it indexes nothing more
+        old.add_turns("c", make_turns(["新的一句：萤火虫"], start=12))
+        assert old.run_pending() == 0
+        with pytest.raises(EmbeddingMismatchError, match="reindexed"):
+            old.flush(timeout=5)
+        with pytest.raises(EmbeddingMismatchError, match="reindexed"):
+            old.upsert_chunks([chunk("k", "caller chunk")])
+        # a process of the new model finishes the reindex and the waiting job
+        with opened(backend_url, embedder=HashingEmbedder(32)) as new:
+            assert new.reindex() == len(new.search("灯塔", top_k=50, granularity="chunk"))
+            new.flush()
+            (hit,) = new.search("萤火虫", mode="vector", top_k=1, min_score=0)
+            assert "萤火虫" in hit.text
+            every = new.search("灯塔", mode="vector", top_k=50, min_score=0, granularity="chunk")
+            assert len(every) == len(new.search("灯塔", top_k=50, granularity="chunk"))
 
 
 def test_migrations_are_versioned_and_idempotent(backend_url: str) -> None:

@@ -474,7 +474,8 @@ class HybridSearcher:
         a search at 100k chunks: bench/speed.py tokens)."""
         stored: dict[int, bytes] = {}
         known: dict[str, tuple[str, ...]] = {}
-        for rowid, (blob, tokens) in self.store.turn_parts(tenant, list(rows)).items():
+        parts = self.store.turn_parts(tenant, list(rows), self.embedding.model_id)
+        for rowid, (blob, tokens) in parts.items():
             if blob is not None and vectors:
                 stored[rowid] = blob
             _, text, metadata = rows[rowid]

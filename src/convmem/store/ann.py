@@ -125,7 +125,9 @@ class AnnIndex:
                     self._tenant, self._watermark, latest, page=self._page
                 ):
                     self._remove([rowid for rowid, _ in rows])
-                    live = [(rowid, blob) for rowid, blob in rows if blob is not None]
+                    # a store being reindexed also holds vectors of the old dimension
+                    width = 4 * self._dimension
+                    live = [(rowid, blob) for rowid, blob in rows if blob and len(blob) == width]
                     if live:
                         keys = np.asarray([rowid for rowid, _ in live], dtype=np.uint64)
                         matrix = np.frombuffer(b"".join(blob for _, blob in live), dtype=np.float32)

@@ -142,6 +142,7 @@ class ChunkTables(GovernanceTables):
             # every lock up front, in one order, so two workers can never deadlock
             for tenant, conversation_id in sorted({(b.tenant, b.conversation_id) for b in batches}):
                 self._lock_conversation(conn, tenant, conversation_id)
+            self._check_model(conn, model_id)
             change = self._next_change(conn)
             for batch in batches:
                 results.append(
@@ -224,6 +225,7 @@ class ChunkTables(GovernanceTables):
         """Upsert caller-built chunks (seed ``upsert_vector_records``): ``(inserted, updated)``."""
         inserted = updated = 0
         with self._write() as conn:
+            self._check_model(conn, model_id)
             change = self._next_change(conn)
             for item in items:
                 if self._upsert_chunk(conn, tenant, item, ChunkWrite("api", model_id, change)):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from convmem.clock import SYSTEM_CLOCK, Clock
+from convmem.errors import EmbeddingMismatchError
 from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
 from convmem.store.records import next_change
@@ -70,6 +71,24 @@ class Backend(ABC):
 
     def _lock_schema(self, conn: Connection) -> None:  # noqa: B027 (an optional hook)
         """Keep two processes from migrating at once (SQLite's write lock already does)."""
+
+    def _lock_model(self, conn: Connection, *, exclusive: bool) -> None:  # noqa: B027 (an optional hook)
+        """Order vector writes (shared) against a change of the store's embedding model
+        (exclusive), so none commits vectors of the old model after the change (SQLite's
+        write lock already does)."""
+
+    def _check_model(self, conn: Connection, model_id: str) -> None:
+        """Refuse, inside the writing transaction ``conn``, vectors of ``model_id`` for a
+        store that records another model: a process still running the model a reindex
+        moved the store from would otherwise mix two vector spaces in one index."""
+        self._lock_model(conn, exclusive=False)
+        row = conn.execute("SELECT value FROM meta WHERE key='embedding_model'").fetchone()
+        if row is not None and row[0] != model_id:
+            raise EmbeddingMismatchError(
+                f"Store at {self.url} now holds vectors from '{row[0]}' (it was reindexed); "
+                f"this process embeds with '{model_id}' and cannot write to it. Restart it "
+                "with the store's model (embedder=None, or no --embedder)."
+            )
 
     def _next_change(self, conn: Connection) -> int:
         """A new change number, inside the writing transaction ``conn``.

@@ -289,6 +289,13 @@ class PostgresStore(PostgresLexical, SQLStore):
             (f"convmem-schema:{self.schema}",),
         )
 
+    def _lock_model(self, conn: Connection, *, exclusive: bool) -> None:
+        kind = "" if exclusive else "_shared"
+        conn.execute(
+            f"SELECT pg_advisory_xact_lock{kind}(hashtextextended(?, 0))",
+            (f"convmem-model:{self.schema}",),
+        )
+
     def _conversation_key(self, tenant: str, conversation_id: str) -> str:
         """The advisory-lock key of one conversation (writers and claims share it)."""
         return f"{self.schema}\x1f{tenant}\x1f{conversation_id}"
@@ -453,7 +460,9 @@ class PostgresStore(PostgresLexical, SQLStore):
         # every admitted row. One conversation (a few hundred rows, found through its
         # b-tree index) is always scored exactly: walking the graph for them is far slower.
         scan_all = exact or spec.conversation_id is not None
-        column, same_model = "c.vector", "c.vector IS NOT NULL"
+        # rows of the query's dimension (a store being reindexed holds two; pgvector
+        # refuses to compare vectors of different dimensions)
+        column, same_model = "c.vector", f"vector_dims(c.vector) = {int(vector.shape[0])}"
         if not scan_all and self._dimension is not None and vector.shape == (self._dimension,):
             column = f"CAST(c.vector AS vector({self._dimension}))"
             same_model = f"vector_dims(c.vector) = {self._dimension}"

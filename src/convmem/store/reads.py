@@ -201,8 +201,10 @@ class ChunkReads(Backend):
         model_id: str,
     ) -> None:
         """New vectors (and turn vectors, None for none) and stored line tokens
-        (convmem.ingest.line_tokens) for live chunks, by ``(tenant, rowid)``."""
+        (convmem.ingest.line_tokens) for live chunks, by ``(tenant, rowid)``, of the
+        store's model (:meth:`set_embedding_model` first)."""
         with self._write() as conn:
+            self._check_model(conn, model_id)
             change = self._next_change(conn)
             conn.executemany(
                 f"UPDATE chunks SET vector={self.VECTOR_PARAM}, turn_vectors=?, turn_tokens=?, "
@@ -222,22 +224,26 @@ class ChunkReads(Backend):
             )
 
     def turn_parts(
-        self, tenant: str, rowids: Sequence[int]
+        self, tenant: str, rowids: Sequence[int], model_id: str | None = None
     ) -> dict[int, tuple[bytes | None, str | None]]:
         """``rowid -> (turn vectors, stored line tokens)`` of the live chunks among ``rowids``
         that have either: the float32 rows of their turns back to back, and their lines'
-        search tokens (convmem.ingest.line_tokens); None for what a chunk lacks."""
+        search tokens (convmem.ingest.line_tokens); None for what a chunk lacks. With
+        ``model_id``, turn vectors of another model count as lacking (a store being
+        reindexed holds both)."""
         if not rowids:
             return {}
         rows = self._db().execute(
-            f"SELECT rowid, turn_vectors, turn_tokens FROM chunks {self.NOT_INDEXED} WHERE "
-            "tenant=? AND deleted=0 AND (turn_vectors IS NOT NULL OR turn_tokens IS NOT NULL) "
-            f"AND rowid IN ({','.join('?' * len(rowids))})",
+            f"SELECT rowid, turn_vectors, turn_tokens, model_id FROM chunks {self.NOT_INDEXED} "
+            "WHERE tenant=? AND deleted=0 AND (turn_vectors IS NOT NULL OR turn_tokens IS NOT "
+            f"NULL) AND rowid IN ({','.join('?' * len(rowids))})",
             [tenant, *rowids],
         )
         return {
             row[0]: (
-                None if row[1] is None else bytes(row[1]),
+                None
+                if row[1] is None or (model_id is not None and row[3] != model_id)
+                else bytes(row[1]),
                 None if row[2] is None else str(row[2]),
             )
             for row in rows

@@ -234,7 +234,10 @@ class SchemaTables(Backend):
         return rows["embedding_model"], int(rows["embedding_dim"])
 
     def set_embedding_model(self, model_id: str, dimension: int) -> None:
+        """Record the store's model; from then on vector writes of any other are refused
+        (:meth:`_check_model`)."""
         with self._write() as conn:
+            self._lock_model(conn, exclusive=True)
             conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('embedding_model', ?) " + UPSERT_META,
                 (model_id,),

@@ -183,14 +183,15 @@ class SQLiteStore(SQLStore):
     def scan_vectors(
         self, tenant: str, spec: FilterSpec, query: np.ndarray, limit: int
     ) -> list[tuple[int, float]]:
-        """Exact cosine over every live chunk the filter admits (filter first, then score)."""
+        """Exact cosine over every live chunk the filter admits (filter first, then score),
+        of the query's dimension (a store being reindexed holds two)."""
         where, params = self._live_clause(spec)
         conn = self._db()
         rowids: list[int] = []
         blobs: list[bytes] = []
         cursor = conn.execute(
-            f"SELECT c.rowid, c.vector FROM chunks c WHERE {where} AND c.vector IS NOT NULL",
-            [tenant, self.now(), *params],
+            f"SELECT c.rowid, c.vector FROM chunks c WHERE {where} AND length(c.vector) = ?",
+            [tenant, self.now(), *params, 4 * len(query)],
         )
         while True:
             rows = cursor.fetchmany(8192)

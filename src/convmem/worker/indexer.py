@@ -12,7 +12,13 @@ import numpy as np
 
 from convmem.clock import Clock
 from convmem.embed import EmbeddingService
-from convmem.errors import ConvmemError, EmbedderError, MarkingError, StoreError
+from convmem.errors import (
+    ConvmemError,
+    EmbedderError,
+    EmbeddingMismatchError,
+    MarkingError,
+    StoreError,
+)
 from convmem.governance import GovernancePolicy, Marker
 from convmem.ingest import ChunkingPolicy, line_tokens
 from convmem.metrics import Counter, Histogram
@@ -88,13 +94,19 @@ class Indexer:
         self.retry = retry
         self.clock = clock
         self.metrics = IndexerMetrics()
+        #: Why this process stopped indexing (the store now records another embedding
+        #: model than it runs), or None.
+        self.stale: str | None = None
 
     def policy(self, tenant: str) -> GovernancePolicy:
         """The product policy with the tenant's overrides applied."""
         return self.product_policy.merged(self.store.get_policy(tenant), source="tenant policy")
 
     def run_pending(self, *, limit: int | None = None) -> int:
-        """Claim and run one batch of ready jobs (any tenant). Returns jobs finished."""
+        """Claim and run one batch of ready jobs (any tenant). Returns jobs finished;
+        none once the store was found reindexed to another model (:attr:`stale`)."""
+        if self.stale is not None:
+            return 0
         claimed = self.store.claim_jobs(
             worker_identity(),
             limit=limit or self.retry.batch,
@@ -128,6 +140,14 @@ class Indexer:
             results = self.store.apply_index(
                 [_batch(item) for item in prepared], model_id=self.embedding.model_id
             )
+        except EmbeddingMismatchError as exc:
+            # the store was reindexed to another model: this process can index nothing
+            # more, and the jobs go back untouched for a process running the new model
+            self.store.release_jobs([(job.tenant, job.job_id) for job in everything])
+            if self.stale is None:
+                logger.error("index worker stopped: %s", exc)
+            self.stale = str(exc)
+            return 0
         except Exception as exc:
             self.metrics.upsert_failures.inc()
             self.fail(everything, exc)
