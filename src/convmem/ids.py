@@ -11,9 +11,11 @@ from convmem.models import MAX_SEQ, text_problem
 
 __all__ = [
     "MAX_CONVERSATION_ID",
+    "MAX_LIMIT",
     "DeleteResult",
     "UpsertResult",
     "check_conversation_id",
+    "check_limit",
     "check_note_id",
     "check_tenant",
     "check_turn_range",
@@ -21,6 +23,8 @@ __all__ = [
 
 MAX_CONVERSATION_ID = 200
 MAX_TENANT = 100
+#: The most rows one listing (turns, chunks, notes, jobs) returns.
+MAX_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,16 @@ def check_turn_range(turn_range: Any) -> tuple[int, int]:
             field="turn_range",
         )
     return int(turn_range[0]), int(turn_range[1])
+
+
+def check_limit(limit: Any, field: str = "limit") -> int:
+    """How many rows a listing returns: an integer in 0..:data:`MAX_LIMIT` (each backend
+    read a negative, huge or fractional limit its own way, or failed on it)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_LIMIT:
+        raise InvalidInputError(
+            f"{field} must be an integer in 0..{MAX_LIMIT}, got {limit!r}", field=field
+        )
+    return int(limit)
 
 
 def check_note_id(note_id: Any) -> str:

@@ -25,6 +25,7 @@ from convmem.ids import (
     DeleteResult,
     UpsertResult,
     check_conversation_id,
+    check_limit,
     check_tenant,
     check_turn_range,
 )
@@ -245,6 +246,8 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
 
     def run_pending(self, *, limit: int | None = None) -> int:
         """Claim and run one batch of ready index jobs (any tenant). Returns jobs finished."""
+        if limit is not None and check_limit(limit) == 0:
+            return 0
         return self._engine.indexer.run_pending(limit=limit)
 
     # -- read path ---------------------------------------------------------------------
@@ -336,9 +339,10 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         return self._engine.searcher.search(request)
 
     def hierarchy(self, *, stm_turns: int = 8) -> HierarchicalMemoryService:
-        """The hierarchical service (seed 004) over this tenant's tiers."""
+        """The hierarchical service (seed 004) over this tenant's tiers; ``stm_turns``: the
+        newest turns its short-term tier reads."""
         return HierarchicalMemoryService(
-            self._engine.searcher, self, self._tenant, stm_turns=stm_turns
+            self._engine.searcher, self, self._tenant, stm_turns=check_limit(stm_turns, "stm_turns")
         )
 
     def retrieve(
@@ -387,6 +391,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         log shows them, for audit.
         """
         conversation_id = check_conversation_id(conversation_id)
+        limit = check_limit(limit)
         store = self._engine.store
         turns = store.load_turns(self._tenant, conversation_id, limit=limit, newest_first=True)
         if not turns:
@@ -462,8 +467,8 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             self._tenant,
             conversation_id=conversation_id,
             chunk_ids=list(chunk_ids) if chunk_ids is not None else None,
-            limit=limit,
-            offset=offset,
+            limit=check_limit(limit),
+            offset=check_limit(offset, "offset"),
         )
         return [
             ChunkRecord.model_validate({"chunk_id": cid, "text": text, "metadata": meta})

@@ -377,6 +377,39 @@ def test_text_no_store_can_keep_is_refused_alike_and_loses_nothing(
         assert stored and all(chunk_id.startswith("chk_") for chunk_id in stored), stored
 
 
+@pytest.mark.parametrize("bad", [-1, 10**20, 2.5, None, "5", True])
+def test_a_listing_limit_is_refused_alike_naming_its_field(backend_url: str, bad: Any) -> None:
+    """A negative limit listed everything on SQLite and failed on PostgreSQL ("LIMIT must
+    not be negative"); a huge one overflowed both drivers; a fraction failed on SQLite."""
+    with opened(backend_url) as memory:
+        memory.add_turns("c", make_turns(["我喜欢靠窗的座位。", "好的。"]))
+        memory.flush()
+        limited = [
+            lambda: memory.recent_turns("c", limit=bad),
+            lambda: memory.notes("c", limit=bad),
+            lambda: memory.jobs(limit=bad),
+            lambda: memory.chunks("c", limit=bad),
+        ]
+        if bad is not None:  # run_pending's None: as many jobs as a batch holds
+            limited.append(lambda: memory.run_pending(limit=bad))
+        calls = {
+            "limit": limited,
+            "offset": [lambda: memory.chunks("c", offset=bad)],
+            "stm_turns": [lambda: memory.hierarchy(stm_turns=bad)],
+        }
+        for field, listed in calls.items():
+            for call in listed:
+                with pytest.raises(InvalidInputError) as caught:
+                    call()
+                assert caught.value.field == field
+        with pytest.raises(InvalidInputError) as caught:
+            memory.jobs(status="finished")
+        assert caught.value.field == "status"
+        # nothing accepted was lost, and the edges still answer
+        assert [t.seq for t in memory.recent_turns("c", limit=10)] == [0, 1]
+        assert memory.recent_turns("c", limit=0) == [] and memory.notes("c", limit=0) == []
+
+
 def test_tenant_isolation(backend_url: str) -> None:
     with opened(backend_url) as memory:
         a, b = memory.for_tenant("a"), memory.for_tenant("b")

@@ -17,7 +17,7 @@ from convmem.governance import (
     StoredPin,
     TurnMark,
 )
-from convmem.ids import check_conversation_id, check_note_id
+from convmem.ids import check_conversation_id, check_limit, check_note_id
 from convmem.worker import iso
 
 __all__ = ["GovernanceMethods"]
@@ -82,7 +82,7 @@ class GovernanceMethods(FacadeBase):
                 field="status",
             )
         return self._engine.store.notes(
-            self._tenant, conversation_id=conversation_id, status=status, limit=limit
+            self._tenant, conversation_id=conversation_id, status=status, limit=check_limit(limit)
         )
 
     def note(self, note_id: str) -> Note:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from convmem.errors import InvalidInputError
 from convmem.facade.base import FacadeBase
-from convmem.ids import check_conversation_id, check_tenant
+from convmem.ids import check_conversation_id, check_limit, check_tenant
 from convmem.metrics import Counter, Histogram
 from convmem.models import JobInfo
+from convmem.store.jobs import JOB_STATUSES
 
 __all__ = ["OperationsMethods"]
 
@@ -17,7 +19,14 @@ class OperationsMethods(FacadeBase):
         return self._engine.store.job(self._tenant, job_id)
 
     def jobs(self, status: str | None = None, *, limit: int = 100) -> list[JobInfo]:
-        return self._engine.store.jobs(self._tenant, status=status, limit=limit)
+        """This tenant's index jobs, newest first: all, or those of one ``status``."""
+        if status not in (None, *JOB_STATUSES):
+            raise InvalidInputError(
+                f"status must be one of {', '.join(JOB_STATUSES)} (or None for all), "
+                f"got {status!r}",
+                field="status",
+            )
+        return self._engine.store.jobs(self._tenant, status=status, limit=check_limit(limit))
 
     def retry_job(self, job_id: int) -> JobInfo:
         """Make a failed job ready to run now."""
