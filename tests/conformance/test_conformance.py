@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ from convmem.errors import (
     EmbeddingMismatchError,
     FilterError,
     InvalidInputError,
+    NotFoundError,
     TurnConflictError,
 )
 from convmem.governance import KeepAllMarker
@@ -408,6 +410,46 @@ def test_a_listing_limit_is_refused_alike_naming_its_field(backend_url: str, bad
         # nothing accepted was lost, and the edges still answer
         assert [t.seq for t in memory.recent_turns("c", limit=10)] == [0, 1]
         assert memory.recent_turns("c", limit=0) == [] and memory.notes("c", limit=0) == []
+
+
+def test_story_reads_job_ids_and_sweep_times_are_checked_alike(backend_url: str) -> None:
+    """Each of these reached SQL as given: PostgreSQL failed on an entity id that was a
+    number or held a NUL (SQLite looked it up and found nothing), SQLite's driver
+    overflowed on a chapter or job id past 64 bits (PostgreSQL found nothing), a string
+    chapter failed in Python, and a sweep at "x" failed on PostgreSQL alone."""
+    with opened(backend_url) as memory:
+        story = memory.story("p1")
+        story.add_entity_state(
+            {"entity_id": "林晚", "chapter_index": 1, "scene_index": 1, "state": {"mood": "calm"}}
+        )
+        bad_reads = {
+            "chapter_index": [
+                lambda: story.entity_state("林晚", 10**20, 0),
+                lambda: story.entity_state("林晚", -1, 0),
+                lambda: story.timeline("3"),  # type: ignore[arg-type]
+            ],
+            "scene_index": [lambda: story.entity_state("林晚", 1, 2.5)],  # type: ignore[arg-type]
+            "entity_id": [
+                lambda: story.entity_state(5, 1, 1),  # type: ignore[arg-type]
+                lambda: story.timeline(3, entity_id="a\x00b"),
+            ],
+            "window": [lambda: story.timeline(3, window=-1)],
+            "before.chapter_index": [lambda: story.search("林晚", before=(-1, 0))],
+            "job_id": [lambda: memory.job(10**20), lambda: memory.retry_job(True)],
+            "now": [
+                lambda: memory.sweep_expired(now="x"),
+                lambda: memory.sweep_expired(now=math.nan),
+            ],  # type: ignore[arg-type]
+        }
+        for field, calls in bad_reads.items():
+            for call in calls:
+                with pytest.raises(InvalidInputError) as caught:
+                    call()
+                assert caught.value.field == field
+        assert story.entity_state("林晚", 1, 1).state == {"mood": "calm"}  # type: ignore[union-attr]
+        assert [s.entity_id for s in story.timeline(3, window=10**9)] == ["林晚"]
+        with pytest.raises(NotFoundError):
+            memory.job(-1)
 
 
 def test_tenant_isolation(backend_url: str) -> None:

@@ -3,6 +3,7 @@ confirmation loop, retention policy, expiry."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -136,7 +137,15 @@ class GovernanceMethods(FacadeBase):
 
     def sweep_expired(self, now: float | None = None) -> dict[str, int]:
         """Mark expired turn labels and notes now (workers also do it every
-        ``sweep_seconds``); their chunks are re-cut without them."""
+        ``sweep_seconds``); their chunks are re-cut without them. ``now``: seconds since
+        the epoch to sweep as of (default: the clock's)."""
+        if now is not None and (
+            isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now)
+        ):
+            raise InvalidInputError(
+                f"now must be seconds since the epoch (a finite number) or None, got {now!r}",
+                field="now",
+            )
         result = self._engine.store.sweep_expired(self._engine.clock.now() if now is None else now)
         self._engine.pool.wake()
         return result

@@ -8,7 +8,7 @@ from convmem.errors import InvalidInputError
 from convmem.facade.base import FacadeBase
 from convmem.ids import check_conversation_id, check_limit, check_tenant
 from convmem.metrics import Counter, Histogram
-from convmem.models import JobInfo
+from convmem.models import INT64, JobInfo
 from convmem.store.jobs import JOB_STATUSES
 
 __all__ = ["OperationsMethods"]
@@ -16,7 +16,8 @@ __all__ = ["OperationsMethods"]
 
 class OperationsMethods(FacadeBase):
     def job(self, job_id: int) -> JobInfo:
-        return self._engine.store.job(self._tenant, job_id)
+        """One index job of this tenant. Raises NotFoundError for an unknown id."""
+        return self._engine.store.job(self._tenant, _job_id(job_id))
 
     def jobs(self, status: str | None = None, *, limit: int = 100) -> list[JobInfo]:
         """This tenant's index jobs, newest first: all, or those of one ``status``."""
@@ -30,7 +31,7 @@ class OperationsMethods(FacadeBase):
 
     def retry_job(self, job_id: int) -> JobInfo:
         """Make a failed job ready to run now."""
-        info = self._engine.store.retry_job(self._tenant, job_id)
+        info = self._engine.store.retry_job(self._tenant, _job_id(job_id))
         self._engine.pool.wake()
         return info
 
@@ -116,3 +117,13 @@ class OperationsMethods(FacadeBase):
     def backlog(self, *, all_tenants: bool = False) -> tuple[int, int]:
         """``(pending_or_running, failed)`` index jobs of this tenant (or of every tenant)."""
         return self._engine.store.backlog(None if all_tenants else self._tenant)
+
+
+def _job_id(job_id: Any) -> int:
+    """A job id to look up: an integer the stores can hold (SQLite's driver overflowed on a
+    larger one that PostgreSQL simply did not find)."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or not -INT64 <= job_id <= INT64:
+        raise InvalidInputError(
+            f"job_id must be an integer from Memory.jobs(), got {job_id!r}", field="job_id"
+        )
+    return job_id

@@ -76,6 +76,34 @@ def story_position(chapter_index: int, scene_index: int) -> int:
     return chapter_index * POSITION_SCALE + scene_index
 
 
+#: The largest chapter or scene index (as the story models accept).
+MAX_INDEX = 1_000_000
+
+
+def _check_index(value: Any, field: str) -> int:
+    """A chapter or scene index to read at: an integer in 0..:data:`MAX_INDEX` (a store
+    compared anything else its own way, or failed on it)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INDEX:
+        raise InvalidInputError(
+            f"{field} must be an integer in 0..{MAX_INDEX}, got {value!r}", field=field
+        )
+    return value
+
+
+def _check_entity(entity_id: Any) -> str:
+    """An entity id to read: a non-empty string of at most 200 characters a store can keep
+    (PostgreSQL failed on a number or a NUL that SQLite looked up and did not find)."""
+    if not isinstance(entity_id, str) or not entity_id or len(entity_id) > 200:
+        raise InvalidInputError(
+            f"entity_id must be a non-empty string of at most 200 characters, got {entity_id!r}",
+            field="entity_id",
+        )
+    problem = text_problem(entity_id)
+    if problem is not None:
+        raise InvalidInputError(f"entity_id {problem}", field="entity_id")
+    return entity_id
+
+
 def _check_project(project_id: Any) -> str:
     if not isinstance(project_id, str) or not project_id.strip() or len(project_id) > 200:
         raise InvalidInputError(
@@ -224,7 +252,14 @@ class StoryMemory:
         if content_types:
             filters["intent_tag"] = {"$in": list(content_types)}
         if before is not None:
-            position = story_position(*before)
+            if not isinstance(before, list | tuple) or len(before) != 2:
+                raise InvalidInputError(
+                    f"before must be (chapter_index, scene_index), got {before!r}", field="before"
+                )
+            position = story_position(
+                _check_index(before[0], "before.chapter_index"),
+                _check_index(before[1], "before.scene_index"),
+            )
             if position == 0:
                 return []
             filters["turn_range"] = [0, position - 1]
@@ -267,8 +302,12 @@ class StoryMemory:
         self, entity_id: str, chapter_index: int, scene_index: int, *, inclusive: bool = True
     ) -> EntityStateSnapshot | None:
         """Latest state at (or, ``inclusive=False``, strictly before) a point."""
+        point = (
+            _check_index(chapter_index, "chapter_index"),
+            _check_index(scene_index, "scene_index"),
+        )
         row = self._memory.latest_entity_state(
-            self.project_id, entity_id, (chapter_index, scene_index), inclusive=inclusive
+            self.project_id, _check_entity(entity_id), point, inclusive=inclusive
         )
         return EntityStateSnapshot.model_validate(row) if row else None
 
@@ -276,8 +315,13 @@ class StoryMemory:
         self, chapter_index: int, window: int = 2, entity_id: str | None = None
     ) -> list[EntityStateSnapshot]:
         """Snapshots of chapters ``chapter_index - window .. chapter_index``, in story order."""
-        if window < 0:
-            raise InvalidInputError("window must be >= 0", field="window")
+        chapter_index = _check_index(chapter_index, "chapter_index")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise InvalidInputError(
+                f"window must be an integer >= 0, got {window!r}", field="window"
+            )
+        if entity_id is not None:
+            entity_id = _check_entity(entity_id)
         chapters = (max(0, chapter_index - window), chapter_index)
         rows = self._memory.entity_timeline(self.project_id, chapters, entity_id)
         return [EntityStateSnapshot.model_validate(row) for row in rows]
