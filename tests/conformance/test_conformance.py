@@ -552,8 +552,8 @@ def test_a_reindex_shuts_out_the_old_model_and_searches_survive_one_half_done(
     """A process still running the model a reindex moves the store from could write its
     vectors into the new space (SQLite then failed every search of the tenant with a
     reshape error; PostgreSQL hid those chunks from vector search). It is refused, its
-    jobs wait for a process of the new model, and a reindex cut short leaves a store that
-    every process can still search."""
+    jobs wait for a process of the new model, its searches go lexical, and a reindex cut
+    short leaves a store that every process can still search."""
     # SQLite's tenant-wide vector search through its HNSW sidecar from the first row on
     sidecar = {"ann_min_rows": 0}
     old = Memory.open(
@@ -568,10 +568,13 @@ def test_a_reindex_shuts_out_the_old_model_and_searches_survive_one_half_done(
             with pytest.raises(EmbedderError):
                 moving.reindex(batch_size=1)  # the model is lost after one chunk
             # half done: the store records the new model, one chunk has its vector
-            for memory in (moving, old):
-                for filters in (None, {"conversation_id": "c"}):
-                    for mode in ("hybrid", "vector"):
-                        memory.search("灯塔", filters=filters, mode=mode, min_score=0)
+            for filters in (None, {"conversation_id": "c"}):
+                for mode in ("hybrid", "vector"):
+                    moving.search("灯塔", filters=filters, mode=mode, min_score=0)
+                # the old process searches lexically, and says why it cannot by vector
+                assert old.search("灯塔", filters=filters, min_score=0)
+                with pytest.raises(EmbeddingMismatchError, match="restart"):
+                    old.search("灯塔", filters=filters, mode="vector")
             vector_hits = moving.search("灯塔", mode="vector", min_score=0, granularity="chunk")
             assert len(vector_hits) == 1
         # the old process: its writes are accepted, but it indexes nothing more

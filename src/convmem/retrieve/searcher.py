@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -22,7 +23,7 @@ import numpy as np
 
 from convmem.embed import EmbeddingService
 from convmem.embed.threads import one_blas_thread
-from convmem.errors import EmbedderError, InvalidInputError
+from convmem.errors import EmbedderError, EmbeddingMismatchError, InvalidInputError
 from convmem.ingest import known_tokens
 from convmem.metrics import Counter, Histogram
 from convmem.models import Hit
@@ -88,6 +89,10 @@ __all__ = ["DIALOGUE_LINES", "HybridSearcher", "is_window"]
 logger = logging.getLogger(__name__)
 
 
+#: How often (seconds) a searcher reads which model the store records: a store reindexed
+#: to another model since this process opened it has no vectors its queries can match.
+MODEL_CHECK_SECONDS = 30.0
+
 #: How many change numbers before its last read a tenant's participants are read again
 #: (:meth:`HybridSearcher._participants`): the writes in flight while it read.
 SPEAKERS_LAG = 64
@@ -131,6 +136,9 @@ class HybridSearcher:
         self._speakers: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._speakers_lock = threading.Lock()
         self.turn_vectors = TurnVectors(embedding)
+        # when the store's model was last read, and the other model it records, if any
+        self._model_read = -math.inf
+        self._moved_to: str | None = None
         # (granularity, language): the fit a question's scores read, within one
         # conversation or tenant-wide alike (a tenant-wide search's question features read
         # what its tenant says: LexicalStats.tenant_terms); language None is the model's
@@ -553,6 +561,18 @@ class HybridSearcher:
             return vector
         if request.mode == "lexical":
             return None
+        moved = self._moved()
+        if moved is not None:
+            problem = (
+                f"the store holds vectors of '{moved}', not of this process's "
+                f"'{self.embedding.model_id}' (it was reindexed since, or is being): restart "
+                "the process with the store's model"
+            )
+            if request.mode == "vector":
+                raise EmbeddingMismatchError(problem[0].upper() + problem[1:])
+            logger.warning("searching lexically: %s", problem)
+            self.degraded.inc()
+            return None
         query = self._vector_text(request.tenant, spec, clean_text(request.query_text))
         if request.mode == "vector":
             return self._embed_query(query)
@@ -562,6 +582,17 @@ class HybridSearcher:
             logger.warning("query embedding failed, searching lexically: %s", exc)
             self.degraded.inc()
             return None
+
+    def _moved(self) -> str | None:
+        """The model the store records when it is not this searcher's (a reindex moved the
+        store since this process opened it), read at most every :data:`MODEL_CHECK_SECONDS`."""
+        now = time.monotonic()
+        if now - self._model_read >= MODEL_CHECK_SECONDS:
+            self._model_read = now
+            recorded = self.store.embedding_model()
+            model = recorded[0] if recorded is not None else None
+            self._moved_to = model if model not in (None, self.embedding.model_id) else None
+        return self._moved_to
 
     def _vector_text(self, tenant: str, spec: FilterSpec, query: str) -> str:
         """What is embedded of a one-line question: the question without the names of the
@@ -656,7 +687,9 @@ class HybridSearcher:
         return index if index.sync() else None
 
     def reset_indexes(self) -> None:
-        """Forget the sidecars' contents (after re-embedding every vector)."""
+        """Forget the sidecars' contents (after re-embedding every vector), and read the
+        store's model again."""
+        self._model_read = -math.inf
         with self._ann_lock:
             for index in self._ann.values():
                 index.reset()
