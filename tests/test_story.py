@@ -107,6 +107,47 @@ def test_the_three_tools(novel: Memory) -> None:
     ] == ["沈舟"]
 
 
+def test_a_filter_finds_every_match_however_far_down_it_ranks(tmp_path: Path) -> None:
+    """Tags were checked on the best 5 × top_k hits: a tagged chunk that ranked lower was
+    never found. Every filter (tags, entities, content types) is now the store's, and a
+    string names one entity or tag, not its characters."""
+    with Memory.open(str(tmp_path / "s.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        story = memory.story("p")
+        crowd = "林晚走过码头，码头上林晚看见林晚的船。"
+        story.add_memory_chunks(
+            [
+                {"chapter_index": 1, "scene_index": i, "content": crowd * (1 + i % 3)}
+                for i in range(60)
+            ]
+            + [
+                {
+                    "chapter_index": 2,
+                    "scene_index": 1,
+                    "content": "顺便提到林晚。" + "海风吹过七号仓的屋顶。" * 30,
+                    "entities": ["沈舟"],
+                    "content_type": "clue",
+                    "tags": ["证词"],
+                }
+            ]
+        )
+        for lexical_only in (False, True):
+            for found in (
+                story.search("林晚", tags=["证词"], top_k=5, lexical_only=lexical_only),
+                story.search("林晚", tags="证词", top_k=5, lexical_only=lexical_only),
+                story.search("林晚", entities="沈舟", top_k=5, lexical_only=lexical_only),
+                story.search("林晚", content_types="clue", top_k=5, lexical_only=lexical_only),
+            ):
+                assert [(c.chapter_index, c.tags) for c in found] == [(2, ["证词"])]
+        assert story.search("林晚", tags="证", top_k=5) == []  # a tag, not its characters
+        assert len(story.search("林晚", top_k=5)) == 5
+        for bad, field in (([1], "tags[0]"), ({"证词": 1}, "tags"), ([""], "tags[0]")):
+            with pytest.raises(InvalidInputError) as raised:
+                story.search("林晚", tags=bad)
+            assert raised.value.field == field
+        with pytest.raises(InvalidInputError, match="entities"):
+            search_story_memory_tool("p", "林晚", entities=7, memory=memory)  # type: ignore[arg-type]
+
+
 def test_projects_and_tenants_are_isolated(novel: Memory) -> None:
     other = novel.story("other")
     other.add_memory_chunks(

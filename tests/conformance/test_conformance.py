@@ -107,6 +107,7 @@ RECORDS = [
         pinned=True,
         chunk_version=1,
         timestamp_range=["2026-01-01T10:00:00+08:00", "2026-01-01T10:05:00+08:00"],
+        tags=["证词", "伏笔"],
     ),
     chunk(
         "b",
@@ -118,6 +119,7 @@ RECORDS = [
         intent_tag="task",
         importance=0.3,
         chunk_version=2,
+        tags="证词",  # no list: no tags
         timestamp_range=["2026-01-02T09:00:00Z", "2026-01-02T09:30:00Z"],
     ),
     chunk(
@@ -131,6 +133,7 @@ RECORDS = [
         importance=1,
         requires_confirmation=True,
         chunk_version=1,
+        tags=["伏笔", 7, ["证词"], {"证词": 1}],  # only its strings are tags
     ),
     chunk(
         "d",
@@ -164,6 +167,10 @@ FILTERS: list[dict[str, Any]] = [
     {"participants": {"$contains_any": ["Zed", "Bob"]}},
     {"participants": {"$contains_all": ["Ann", "Bob"]}},
     {"speakers": {"$contains_all": ["user", "assistant"]}},
+    {"tags": "证词"},
+    {"tags": ["伏笔"]},
+    {"tags": {"$contains_all": ["证词", "伏笔"]}},
+    {"tags": {"$contains_any": ["7", '["证词"]', "1"]}},
     {"timestamp_range": [None, None]},
     {"timestamp_range": ["2026-01-01T00:00:00Z", None]},
     {"timestamp_range": [None, "2026-01-01T02:10:00+08:00"]},
@@ -750,6 +757,9 @@ def records(draw: st.DrawFn) -> list[dict[str, Any]]:
         importance = draw(st.one_of(st.none(), st.integers(0, 1), st.floats(0, 1, width=32)))
         if importance is not None:
             meta["importance"] = importance
+        tags = draw(st.one_of(st.none(), st.lists(st.sampled_from(["证词", "伏笔", "x"]))))
+        if tags is not None:
+            meta["tags"] = tags
         category = draw(st.sampled_from([None, "preference", "profile"]))
         if category is not None:
             meta["category"] = category
@@ -803,6 +813,11 @@ FILTER_PARTS = st.one_of(
     ),
     st.builds(lambda v: {"pinned": v}, st.booleans()),
     st.builds(lambda v: {"requires_confirmation": v}, st.booleans()),
+    st.builds(
+        lambda op, v: {"tags": {op: v}},
+        st.sampled_from(["$contains_any", "$contains_all"]),
+        st.lists(st.sampled_from(["证词", "伏笔", "y"]), min_size=1, max_size=2),
+    ),
 )
 
 

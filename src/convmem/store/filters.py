@@ -9,6 +9,8 @@ The filter language (a dict; its keys are ANDed):
 ``chunk_version``       an int, ``{"$eq"|"$ne": n}``, ``{"$in": [...]}``
 ``participants``        ``"Ann"`` (contains), ``[..]`` or ``{"$contains_any": [..]}``,
 ``speakers``            ``{"$contains": "user"}``, ``{"$contains_all": [..]}``
+``tags``                as ``participants``: the ``tags`` list a chunk's metadata carries
+                        (story chunks; an upserted chunk's own), none when it is no list
 ``timestamp_range``     ``[start, end]``: ISO 8601 with zone, either may be null;
                         chunks whose time span overlaps it
 ``turn_range``          ``[start, end]`` ints, either may be null; chunks holding a turn
@@ -47,6 +49,8 @@ STRING_FIELDS = {
 }
 INT_FIELDS = {"chunk_version": "c.chunk_version"}
 ARRAY_FIELDS = {"participants": "c.participants", "speakers": "c.speakers"}
+#: Lists inside a chunk's metadata JSON, filtered like ARRAY_FIELDS (only when a list)
+METADATA_LISTS = ("tags",)
 BOOL_FIELDS = {"pinned": "c.pinned", "requires_confirmation": "c.requires_confirmation"}
 RANGE_FIELDS = ("timestamp_range", "turn_range")
 NUMBER_FIELDS = {"importance": "c.importance"}
@@ -55,6 +59,7 @@ ALL_FIELDS = sorted(
         *STRING_FIELDS,
         *INT_FIELDS,
         *ARRAY_FIELDS,
+        *METADATA_LISTS,
         *BOOL_FIELDS,
         *RANGE_FIELDS,
         *NUMBER_FIELDS,
@@ -229,7 +234,7 @@ def _condition(field: str, spec: Any) -> Condition:
                 return Condition(field, op, check(field, value))
         else:
             return Condition(field, "$eq", check(field, spec))
-    elif field in ARRAY_FIELDS:
+    elif field in ARRAY_FIELDS or field in METADATA_LISTS:
         if isinstance(spec, Mapping):
             op, value = _operator(field, spec, ("$contains", "$contains_any", "$contains_all"))
             if op == "$contains":
@@ -296,17 +301,10 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
             else:
                 clauses.append(f"{column} IN ({','.join('?' * len(value))})")
                 params.extend(value)
-        elif field in ARRAY_FIELDS:
-            column = ARRAY_FIELDS[field]
-            if dialect == "postgres":
-                test = "jsonb_exists_any" if op == "$contains_any" else "jsonb_exists_all"
-                clauses.append(f"{test}({column}, CAST(? AS text[]))")
-                params.append(list(value))
-            else:
-                member = f"EXISTS (SELECT 1 FROM json_each({column}) j WHERE j.value = ?)"
-                joiner = " OR " if op == "$contains_any" else " AND "
-                clauses.append("(" + joiner.join([member] * len(value)) + ")")
-                params.extend(value)
+        elif field in ARRAY_FIELDS or field in METADATA_LISTS:
+            clause, values = _contains(field, op, value, dialect)
+            clauses.append(clause)
+            params.extend(values)
         elif field in BOOL_FIELDS:
             clauses.append(f"{BOOL_FIELDS[field]} = ?")
             params.append(1 if value else 0)
@@ -335,6 +333,29 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
                 clauses.append(clause)
                 params.extend(bounds)
     return (" AND ".join(clauses) if clauses else "1=1"), params
+
+
+def _contains(field: str, op: str, value: Any, dialect: str) -> tuple[str, list[Any]]:
+    """An array field holds any (``$contains_any``) or all of the strings in ``value``.
+    A metadata list (``tags``) counts only when it is a JSON array, as :func:`matches`
+    reads it (its strings): PostgreSQL's ``?|`` would match a lone string, SQLite's
+    ``json_each`` an object's values or a nested list's text."""
+    if dialect == "postgres":
+        test = "jsonb_exists_any" if op == "$contains_any" else "jsonb_exists_all"
+        if field in ARRAY_FIELDS:
+            return f"{test}({ARRAY_FIELDS[field]}, CAST(? AS text[]))", [list(value)]
+        member = f"(CAST(c.metadata AS jsonb) -> '{field}')"
+        return (
+            f"(jsonb_typeof({member}) = 'array' AND {test}({member}, CAST(? AS text[])))",
+            [list(value)],
+        )
+    source = ARRAY_FIELDS.get(field) or f"c.metadata, '$.{field}'"
+    member = f"EXISTS (SELECT 1 FROM json_each({source}) j WHERE j.type = 'text' AND j.value = ?)"
+    joiner = " OR " if op == "$contains_any" else " AND "
+    clause = "(" + joiner.join([member] * len(value)) + ")"
+    if field in METADATA_LISTS:
+        clause = f"(json_type(c.metadata, '$.{field}') = 'array' AND {clause})"
+    return clause, list(value)
 
 
 def _holds_turn_in(low: Any, high: Any, dialect: str) -> tuple[str, list[Any]]:
@@ -379,8 +400,11 @@ def matches(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
     """
     for cond in spec.conditions:
         field, op, value = cond.field, cond.op, cond.value
-        if field in ARRAY_FIELDS:
-            members = set(metadata.get(field) or [])
+        if field in ARRAY_FIELDS or field in METADATA_LISTS:
+            listed = metadata.get(field)
+            members = (
+                {v for v in listed if isinstance(v, str)} if isinstance(listed, list) else set()
+            )
             ok = (
                 any(v in members for v in value)
                 if op == "$contains_any"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
@@ -78,6 +78,8 @@ def story_position(chapter_index: int, scene_index: int) -> int:
 
 #: The largest chapter or scene index (as the story models accept).
 MAX_INDEX = 1_000_000
+#: The most entities, content types or tags one story search may name (as a filter list)
+MAX_NAMES = 1000
 
 
 def _check_index(value: Any, field: str) -> int:
@@ -102,6 +104,31 @@ def _check_entity(entity_id: Any) -> str:
     if problem is not None:
         raise InvalidInputError(f"entity_id {problem}", field="entity_id")
     return entity_id
+
+
+def _names(value: Any, field: str) -> list[str]:
+    """Entities, content types or tags to filter a story search by: one string or a list
+    of them (a string is one name, not its characters)."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if isinstance(items, Mapping | bytes) or not isinstance(items, Iterable):
+        raise InvalidInputError(
+            f"{field} must be a string or a list of strings, got {value!r}", field=field
+        )
+    names = list(items)
+    if len(names) > MAX_NAMES:
+        raise InvalidInputError(f"{field} may list at most {MAX_NAMES} names", field=field)
+    for index, name in enumerate(names):
+        where = field if isinstance(value, str) else f"{field}[{index}]"
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(
+                f"{where} must be a non-empty string, got {name!r}", field=where
+            )
+        problem = text_problem(name)
+        if problem is not None:
+            raise InvalidInputError(f"{where} {problem}", field=where)
+    return names
 
 
 def _check_project(project_id: Any) -> str:
@@ -242,15 +269,21 @@ class StoryMemory:
     ) -> list[StoryMemoryChunk]:
         """Hybrid search of this project's chunks (``search_story_memory_tool``).
 
-        ``before=(chapter, scene)`` keeps only chunks earlier in the story. Raises
-        EmbedderError when the query cannot be embedded (unless ``lexical_only``).
+        ``entities``, ``content_types`` and ``tags`` (each a string or a list) keep chunks
+        that have any of them; ``before=(chapter, scene)`` keeps only chunks earlier in
+        the story. Raises EmbedderError when the query cannot be embedded (unless
+        ``lexical_only``).
         """
         check_query_text(query, "query")
         filters: dict[str, Any] = {}
-        if entities:
-            filters["participants"] = {"$contains_any": list(entities)}
-        if content_types:
-            filters["intent_tag"] = {"$in": list(content_types)}
+        for key, value, field in (
+            ("participants", entities, "entities"),
+            ("intent_tag", content_types, "content_types"),
+            ("tags", tags, "tags"),
+        ):
+            names = _names(value, field)
+            if names:
+                filters[key] = {"$in" if key == "intent_tag" else "$contains_any": names}
         if before is not None:
             if not isinstance(before, list | tuple) or len(before) != 2:
                 raise InvalidInputError(
@@ -263,12 +296,10 @@ class StoryMemory:
             if position == 0:
                 return []
             filters["turn_range"] = [0, position - 1]
-        wanted = set(tags or [])
-        pool = top_k * 5 if wanted else top_k
         request = SearchRequest(
             tenant=self._space.tenant,
             query_text=query,
-            top_k=pool,
+            top_k=top_k,
             filters=filters or None,
             mode="lexical" if lexical_only else "hybrid",
             # embedded here so that an embedder failure raises (the chain then goes lexical)
@@ -279,7 +310,7 @@ class StoryMemory:
         seen: set[str] = set()
         for hit in hits:
             meta = hit.metadata
-            if hit.chunk_id in seen or (wanted and not wanted & set(meta.get("tags", []))):
+            if hit.chunk_id in seen:
                 continue
             seen.add(hit.chunk_id)
             out.append(
