@@ -857,6 +857,51 @@ def test_generated_records_and_filters_agree(
     assert set(lexical[0]) == set(lexical[1])
 
 
+def test_listings_are_in_the_same_order_on_a_postgresql_database_with_a_locale(
+    tmp_path: Any,
+) -> None:
+    """Lists ordered by names (notes by conversation, a scene's entities in a timeline)
+    came back in SQLite's code-point order but in the database's collation on
+    PostgreSQL: most servers are created with a locale (en_US.UTF-8), which sorts 'alice'
+    before 'Bob' and ignores the hyphen of 'a-c'. Every backend now sorts by code point."""
+    import psycopg
+
+    from convmem.governance import RuleMarker
+
+    base = postgres_base_url()
+    database = "locale_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(
+            f'CREATE DATABASE "{database}" TEMPLATE template0 LOCALE_PROVIDER icu '
+            "ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+        )
+    names = ["alice", "Bob", "a-c", "ab", "_x", "林晚", "Zed"]
+    views = []
+    try:
+        server = base.rsplit("/", 1)[0].split("?")[0] + "/" + database
+        for url in (f"sqlite:///{tmp_path}/m.db", server):
+            with opened(url, marker=RuleMarker()) as memory:
+                for name in names:
+                    memory.add_turns(name, make_turns(["记住：我对青霉素过敏"]))
+                memory.flush()
+                story = memory.story("p")
+                story.add_entity_state(
+                    *({"entity_id": e, "chapter_index": 1, "scene_index": 1} for e in names)
+                )
+                views.append(
+                    (
+                        [note.conversation_id for note in memory.notes()],
+                        [state.entity_id for state in story.timeline(1)],
+                    )
+                )
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    code_points = sorted(names)
+    assert views[0] == (code_points, code_points)
+    assert views[1] == views[0]
+
+
 def test_the_write_path_gives_the_same_memory_on_both(tmp_path: Any) -> None:
     """Same turns, same marker: the same chunk ids, texts, marks and notes on both."""
     from convmem.governance import RuleMarker

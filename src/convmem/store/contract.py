@@ -39,6 +39,9 @@ class Backend(ABC):
     NOT_INDEXED = ""
     #: Which SQL the filters compile to.
     DIALECT = "sqlite"
+    #: Follows a text column in an ORDER BY so that it sorts by code point, as SQLite's
+    #: BINARY does: a PostgreSQL database created with a locale sorts 'alice' before 'Bob'.
+    CODE_POINTS = ""
     #: True when the backend answers vector queries from its own index (no ANN sidecar).
     native_vector_index = False
     #: Where TTLs, expiry, leases and timestamps read the time.

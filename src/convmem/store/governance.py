@@ -351,7 +351,8 @@ class GovernanceTables(Backend):
         else:
             sql += " AND status=?"
             params.append(status)
-        sql += " ORDER BY conversation_id, first_seq, note_id LIMIT ?"
+        order = self.CODE_POINTS
+        sql += f" ORDER BY conversation_id{order}, first_seq, note_id{order} LIMIT ?"
         params.append(limit)
         return [_note(row) for row in self._db().execute(sql, params)]
 

@@ -168,6 +168,7 @@ class PostgresStore(PostgresLexical, SQLStore):
     TOMBSTONE_METADATA = "CAST(CAST(metadata AS jsonb) || '{\"deleted\": true}' AS text)"
     VECTOR_PARAM = "?"
     DIALECT = "postgres"
+    CODE_POINTS = ' COLLATE "C"'
     native_vector_index = True
 
     def __init__(

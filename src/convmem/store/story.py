@@ -116,5 +116,5 @@ class StoryTables(Backend):
         if entity_id is not None:
             sql += " AND entity_id=?"
             params.append(entity_id)
-        sql += " ORDER BY chapter_index, scene_index, entity_id, version"
+        sql += f" ORDER BY chapter_index, scene_index, entity_id{self.CODE_POINTS}, version"
         return [_row(row) for row in self._db().execute(sql, params)]
