@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from convmem import InvalidInputError, NotFoundError, TurnConflictError
+from convmem import (
+    FilterError,
+    HashingEmbedder,
+    InvalidInputError,
+    Memory,
+    NotFoundError,
+    TurnConflictError,
+)
 from convmem.client import AsyncClient, AuthenticationError, Client
 from convmem.models import Hit
 from helpers import make_turns, served
@@ -38,6 +45,42 @@ def test_the_client_mirrors_memory_over_http(tmp_path: Path) -> None:
         assert memory.delete("trip", turn_range=[0, 1])["turns_deleted"] == 2
         memory.flush("trip")
         assert memory.search("护照", top_k=3) == []
+
+
+@pytest.mark.slow
+def test_the_client_refuses_what_the_library_refuses_with_the_same_error(tmp_path: Path) -> None:
+    """Found by running the client and the library side by side on random calls: a NaN
+    (or infinity) failed inside the JSON encoder with a bare ValueError, and a bad filter
+    came back as InvalidInputError where the library raises FilterError."""
+    turn = make_turns(["你好"])[0]
+    calls = [
+        lambda m: m.search("护照", min_score=float("nan")),
+        lambda m: m.search("护照", min_score=float("inf")),
+        lambda m: m.search("护照", filters={"bogus": 1}),
+        lambda m: m.search("护照", filters={"importance": {"$gte": "high"}}),
+        lambda m: m.search("护照", filters=["conversation_id"]),
+        lambda m: m.add_turns("c", [{**turn, "meta": {"x": float("nan")}}]),
+    ]
+    options = ("--no-auth", "--store", str(tmp_path / "c.db"), "--embedder", "hashing")
+    with (
+        served(*options) as base_url,
+        Client(base_url) as remote,
+        Memory.open(str(tmp_path / "l.db"), embedder=HashingEmbedder(), workers=0) as local,
+    ):
+        for call in calls:
+            raised = []
+            for memory in (local, remote):
+                with pytest.raises(InvalidInputError) as caught:
+                    call(memory)
+                raised.append((type(caught.value), caught.value.field))
+            (lib_class, lib_field), (http_class, http_field) = raised
+            assert http_class is lib_class, raised
+            assert http_field and lib_field and http_field.startswith(lib_field), raised
+        # nothing was accepted on either side
+        assert remote.notes("c") == [] and local.recent_turns("c") == []
+        assert raised[0][0] is InvalidInputError
+        with pytest.raises(FilterError):
+            remote.search("护照", filters={"bogus": 1})
 
 
 @pytest.mark.slow

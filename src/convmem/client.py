@@ -16,6 +16,7 @@ request is sent. Errors arrive as the service's one body, ``{"error": {"type", "
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any, Self
 
 import httpx
 
-from convmem.errors import WIRE, ConvmemError, FlushTimeoutError, InvalidInputError
+from convmem.errors import WIRE, ConvmemError, FilterError, FlushTimeoutError, InvalidInputError
 from convmem.models import AddTurnsReceipt, Hit
 
 __all__ = ["ERRORS", "AsyncClient", "AuthenticationError", "Client"]
@@ -65,6 +66,8 @@ def _error(response: httpx.Response) -> ConvmemError:
     except (ValueError, KeyError, TypeError):
         kind, message, where = None, f"HTTP {response.status_code}: {response.text[:200]}", None
     cls = ERRORS.get(str(kind), ConvmemError)
+    if cls is InvalidInputError and isinstance(where, str) and where.split(".")[0] == "filters":
+        cls = FilterError  # one wire type for both; the library raises its subclass for filters
     if issubclass(cls, InvalidInputError):
         return cls(message, field=where)
     return cls(message)
@@ -150,6 +153,40 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+def _unsendable(value: Any, where: str) -> tuple[str, str] | None:
+    """The first place in a body that JSON cannot carry, and why: a NaN or infinite number
+    (JSON has none), or an object that is not a string, number, bool, None, list or dict."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (where, f"{value!r} is not a finite number")
+    if value is None or isinstance(value, str | int | bool):
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return where, f"has the key {key!r}; JSON keys are strings"
+            found = _unsendable(item, f"{where}.{key}" if where else key)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _unsendable(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+        return None
+    return where, f"is a {type(value).__name__}, which JSON cannot carry"
+
+
+def _build(http: httpx.Client | httpx.AsyncClient, call: _Call) -> httpx.Request:
+    """The request for a call; what JSON cannot carry is refused as the service would
+    refuse it, naming the field, instead of failing inside the JSON encoder."""
+    found = _unsendable(call.body, "")
+    if found is not None:
+        where, why = found
+        raise InvalidInputError(f"{where or 'body'} {why}", field=where or None)
+    return http.build_request(call.method, call.path, json=call.body, params=call.params)
+
+
 def _answer(call: _Call, response: httpx.Response) -> Any:
     if response.status_code >= 400:
         raise _error(response)
@@ -163,10 +200,7 @@ class Client:
         self._http = httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=timeout)
 
     def _send(self, call: _Call) -> Any:
-        request = self._http.build_request(
-            call.method, call.path, json=call.body, params=call.params
-        )
-        return _answer(call, self._http.send(request))
+        return _answer(call, self._http.send(_build(self._http, call)))
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         build = getattr(_Requests, name)  # AttributeError for names the service lacks
@@ -203,10 +237,7 @@ class AsyncClient:
         )
 
     async def _send(self, call: _Call) -> Any:
-        request = self._http.build_request(
-            call.method, call.path, json=call.body, params=call.params
-        )
-        return _answer(call, await self._http.send(request))
+        return _answer(call, await self._http.send(_build(self._http, call)))
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         build = getattr(_Requests, name)
