@@ -564,13 +564,13 @@ class HybridSearcher:
         moved = self._moved()
         if moved is not None:
             problem = (
-                f"the store holds vectors of '{moved}', not of this process's "
+                f"The store holds vectors of '{moved}', not of this process's "
                 f"'{self.embedding.model_id}' (it was reindexed since, or is being): restart "
                 "the process with the store's model"
             )
             if request.mode == "vector":
-                raise EmbeddingMismatchError(problem[0].upper() + problem[1:])
-            logger.warning("searching lexically: %s", problem)
+                raise EmbeddingMismatchError(problem)
+            logger.warning("the store has another model, searching lexically: %s", problem)
             self.degraded.inc()
             return None
         query = self._vector_text(request.tenant, spec, clean_text(request.query_text))

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from convmem.errors import EmbedderError, InvalidInputError
 from convmem.models import ChunkMetadata, ChunkRecord, check_query_text, first_problem, text_problem
 from convmem.retrieve import Searcher, SearchRequest
+from convmem.store.filters import MAX_LIST
 from convmem.story.models import EntityStateSnapshot, StoryMemoryChunk
 
 __all__ = [
@@ -78,8 +79,6 @@ def story_position(chapter_index: int, scene_index: int) -> int:
 
 #: The largest chapter or scene index (as the story models accept).
 MAX_INDEX = 1_000_000
-#: The most entities, content types or tags one story search may name (as a filter list)
-MAX_NAMES = 1000
 
 
 def _check_index(value: Any, field: str) -> int:
@@ -117,8 +116,8 @@ def _names(value: Any, field: str) -> list[str]:
             f"{field} must be a string or a list of strings, got {value!r}", field=field
         )
     names = list(items)
-    if len(names) > MAX_NAMES:
-        raise InvalidInputError(f"{field} may list at most {MAX_NAMES} names", field=field)
+    if len(names) > MAX_LIST:  # what a filter list may hold
+        raise InvalidInputError(f"{field} may list at most {MAX_LIST} names", field=field)
     for index, name in enumerate(names):
         where = field if isinstance(value, str) else f"{field}[{index}]"
         if not isinstance(name, str) or not name:
