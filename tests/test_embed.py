@@ -269,6 +269,23 @@ def test_changed_model_is_a_clear_error_naming_reindex(tmp_path: Path) -> None:
         assert caught.value.field == "query_vector"
 
 
+def test_memory_open_takes_a_spec_as_the_cli_does(tmp_path: Path) -> None:
+    path = str(tmp_path / "m.db")
+    with Memory.open(path, embedder="hashing:128", workers=0) as memory:
+        assert memory.embedding.model_id == "hashing-v1-128"
+    with Memory.open(path, embedder="hashing-v1-128", workers=0) as memory:
+        assert memory.stats()["embedding_dim"] == 128
+    with pytest.raises(EmbeddingMismatchError):
+        Memory.open(path, embedder="hashing", workers=0)
+    with pytest.raises(EmbedderError, match="Unknown embedder"):
+        Memory.open(path, embedder="no-such-model", workers=0)
+    with pytest.raises(InvalidInputError) as caught:
+        Memory.open(path, embedder=512, workers=0)  # type: ignore[arg-type]
+    assert caught.value.field == "embedder" and "spec" in str(caught.value)
+    with Memory.open(path, workers=0) as memory:  # the refusals left the store as it was
+        assert memory.embedding.model_id == "hashing-v1-128"
+
+
 def test_the_model_cache_follows_hugging_face_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

