@@ -388,6 +388,39 @@ def test_caller_upserts_are_replayable_without_duplicates(memory: Memory) -> Non
     assert bad.upserted == 0 and len(bad.errors) == 1
 
 
+def test_caller_chunks_are_listed_under_the_search_filters(memory: Memory) -> None:
+    records = [
+        {
+            "chunk_id": f"chk_{i}",
+            "text": f"记录{i}：护照",
+            "metadata": {
+                "conversation_id": f"ext{i % 2}",
+                "turn_range": [i, i],
+                "intent_tag": "draft" if i == 3 else "note",
+                "tags": ["a", f"t{i % 3}"],
+            },
+        }
+        for i in range(6)
+    ]
+    assert memory.upsert_chunks(records).errors == []
+    listed = memory.chunks(filters={"tags": "t0"})
+    assert [record.chunk_id for record in listed] == ["chk_0", "chk_3"]
+    assert [
+        record.chunk_id
+        for record in memory.chunks(filters={"tags": "a", "intent_tag": {"$ne": "draft"}})
+    ] == ["chk_0", "chk_1", "chk_2", "chk_4", "chk_5"]
+    assert [r.chunk_id for r in memory.chunks("ext1", filters={"tags": "t0"})] == ["chk_3"]
+    assert [r.chunk_id for r in memory.chunks(filters={"tags": "a"}, limit=2, offset=2)] == [
+        "chk_2",
+        "chk_3",
+    ]
+    memory.delete("ext0", chunk_ids=["chk_0"])
+    assert [record.chunk_id for record in memory.chunks(filters={"tags": "t0"})] == ["chk_3"]
+    with pytest.raises(FilterError) as caught:
+        memory.chunks(filters={"colour": "red"})
+    assert caught.value.field == "filters.colour"
+
+
 def test_expired_chunks_are_never_returned(memory: Memory) -> None:
     memory.upsert_chunks(
         [

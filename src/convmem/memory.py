@@ -49,7 +49,7 @@ from convmem.retrieve import (
     SearchRequest,
 )
 from convmem.retrieve.fusion import FUSIONS
-from convmem.store import IndexedChunk, SQLStore, StoredTurn
+from convmem.store import IndexedChunk, SQLStore, StoredTurn, parse_filters
 from convmem.store.ann import ANN_MIN_ROWS
 from convmem.text import bilingual, clean_text, tokenize
 from convmem.worker import RetryPolicy
@@ -459,17 +459,25 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         conversation_id: str | None = None,
         *,
         chunk_ids: Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[ChunkRecord]:
         """Caller-made chunks (from :meth:`upsert_chunks`), live and unexpired, oldest first:
-        of one conversation, or those among ``chunk_ids``."""
+        of one conversation, or those among ``chunk_ids``, under ``filters`` (the search
+        filter language: ``{"tags": "x"}``, ``{"intent_tag": {"$ne": "draft"}}``).
+
+        Raises:
+            FilterError: an unknown field or operator, or a wrongly typed value.
+        """
         if conversation_id is not None:
             conversation_id = check_conversation_id(conversation_id)
+        spec = parse_filters(filters, tenant=self._tenant) if filters else None
         rows = self._engine.store.caller_chunks(
             self._tenant,
             conversation_id=conversation_id,
             chunk_ids=list(chunk_ids) if chunk_ids is not None else None,
+            spec=spec,
             limit=check_limit(limit),
             offset=check_limit(offset, "offset"),
         )

@@ -121,25 +121,31 @@ class ChunkReads(Backend):
         *,
         conversation_id: str | None = None,
         chunk_ids: Sequence[str] | None = None,
+        spec: FilterSpec | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[tuple[str, str, dict[str, Any]]]:
         """Live, unexpired caller-made chunks (``origin='api'``): ``(chunk_id, text,
-        metadata)``, oldest first, of one conversation and/or among ``chunk_ids``."""
+        metadata)``, oldest first, of one conversation and/or among ``chunk_ids``, under
+        the filter ``spec``."""
         sql = (
-            "SELECT chunk_id, text, metadata FROM chunks WHERE tenant=? AND deleted=0 AND "
-            "origin='api' AND (expires_at IS NULL OR expires_at > ?)"
+            "SELECT c.chunk_id, c.text, c.metadata FROM chunks c WHERE c.tenant=? AND "
+            "c.deleted=0 AND c.origin='api' AND (c.expires_at IS NULL OR c.expires_at > ?)"
         )
         params: list[Any] = [tenant, self.now()]
         if conversation_id is not None:
-            sql += " AND conversation_id=?"
+            sql += " AND c.conversation_id=?"
             params.append(conversation_id)
         if chunk_ids is not None:
             if not chunk_ids:
                 return []
-            sql += f" AND chunk_id IN ({','.join('?' * len(chunk_ids))})"
+            sql += f" AND c.chunk_id IN ({','.join('?' * len(chunk_ids))})"
             params.extend(chunk_ids)
-        sql += " ORDER BY rowid LIMIT ? OFFSET ?"
+        if spec is not None:
+            where, values = to_sql(spec, dialect=self.DIALECT)
+            sql += f" AND {where}"
+            params.extend(values)
+        sql += " ORDER BY c.rowid LIMIT ? OFFSET ?"
         rows = self._db().execute(sql, [*params, limit, offset]).fetchall()
         return [(row[0], row[1], json.loads(row[2])) for row in rows]
 
