@@ -107,8 +107,12 @@ def test_close_releases_claimed_jobs(tmp_path: Path) -> None:
     assert memory.job(receipt.job_id).status == "running"
     memory.close()
     with Memory.open(path, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0) as again:
+        # another host whose name differs only in case (or holds a LIKE wildcard) keeps it
+        assert again.store.release_worker("Elsewhere:") == 0
+        assert again.store.release_worker("elsewhere_") == 0
+        assert again.job(receipt.job_id).status == "running"
         # a claim by a dead process on this host is released at open
-        again.store.release_worker("elsewhere:")
+        assert again.store.release_worker("elsewhere:") == 1
         assert again.flush(timeout=5).pending == 0
         assert again.job(receipt.job_id).status == "done"
 

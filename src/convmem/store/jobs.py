@@ -130,8 +130,9 @@ class JobTables(Backend):
         with self._write() as conn:
             cursor = conn.execute(
                 "UPDATE jobs SET status='pending', claimed_by=NULL, lease_until=NULL "
-                "WHERE status='running' AND claimed_by LIKE ? ESCAPE '\\'",
-                (worker_prefix.replace("%", "\\%").replace("_", "\\_") + "%",),
+                # a prefix compared as it is (LIKE ignored case on SQLite, not on PostgreSQL)
+                "WHERE status='running' AND substr(claimed_by, 1, ?) = ?",
+                (len(worker_prefix), worker_prefix),
             )
             return cursor.rowcount
 
