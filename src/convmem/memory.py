@@ -8,6 +8,7 @@ service (:mod:`convmem.retrieve`), story memory to :mod:`convmem.story`.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from typing import Any
 
 from convmem.clock import Clock
 from convmem.embed import Embedder, EmbeddingService
-from convmem.engine import open_engine
+from convmem.engine import check_options, open_engine
 from convmem.errors import EmbeddingMismatchError, FlushTimeoutError, InvalidInputError, StoreError
 from convmem.facade import GovernanceMethods, OperationsMethods, StoryMethods
 from convmem.governance import GovernancePolicy, Marker
@@ -73,7 +74,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
     @classmethod
     def open(
         cls,
-        url: str | None = None,
+        url: str | os.PathLike[str] | None = None,
         *,
         embedder: Embedder | str | None = None,
         tenant: str = "default",
@@ -124,6 +125,26 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             EmbeddingMismatchError: the store holds vectors from another model or dimension.
         """
         check_tenant(tenant)
+        check_options(
+            url=url,
+            workers=workers,
+            durability=durability,
+            max_text_chars=max_text_chars,
+            retry_base_seconds=retry_base_seconds,
+            retry_max_seconds=retry_max_seconds,
+            max_attempts=max_attempts,
+            lease_seconds=lease_seconds,
+            job_batch=job_batch,
+            allow_model_change=allow_model_change,
+            model_cache_dir=model_cache_dir,
+            ann_min_rows=ann_min_rows,
+            vector_weight=vector_weight,
+            marker=marker,
+            sweep_seconds=sweep_seconds,
+            user_dict=user_dict,
+            clock=clock,
+            chunking=chunking,
+        )
         if fusion not in FUSIONS:
             raise InvalidInputError(
                 f"fusion must be 'rrf' or 'convex', got {fusion!r}", field="fusion"

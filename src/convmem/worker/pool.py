@@ -47,8 +47,8 @@ class WorkerPool:
             thread = threading.Thread(
                 target=self._loop, name=f"convmem-worker-{index}", daemon=True
             )
-            self._threads.append(thread)
             thread.start()
+            self._threads.append(thread)  # only started threads (stop joins them)
         if threads:
             _live_pools.add(self)
 

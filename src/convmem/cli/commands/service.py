@@ -10,6 +10,7 @@ from typing import Any
 
 from convmem.cli.common import bounded_float, bounded_int, open_memory, print_json, settings_of
 from convmem.embed.threads import one_blas_thread_for_process
+from convmem.engine import MAX_WORKERS
 from convmem.errors import InvalidInputError
 from convmem.worker.heap import freeze_startup_heap, trim_heap
 
@@ -110,7 +111,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     worker = sub.add_parser("worker", parents=common, help="run index workers against the store")
-    worker.add_argument("--threads", type=bounded_int(0, 256), default=1)
+    worker.add_argument("--threads", type=bounded_int(0, MAX_WORKERS), default=1)
     worker.add_argument("--once", action="store_true", help="drain ready jobs, then exit")
     worker.set_defaults(func=cmd_worker)
 
@@ -128,7 +129,10 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         "--no-auth", action="store_true", help="no API keys (loopback only; tenant 'default')"
     )
     serve.add_argument(
-        "--threads", type=bounded_int(0, 256), default=1, help="index worker threads (0: none)"
+        "--threads",
+        type=bounded_int(0, MAX_WORKERS),
+        default=1,
+        help="index worker threads (0: none)",
     )
     serve.add_argument(
         "--max-body-bytes", type=bounded_int(1024, 2**31 - 1), default=4 * 1024 * 1024
