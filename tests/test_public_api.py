@@ -93,3 +93,53 @@ def test_memory_open_refuses_a_bad_option_before_it_opens_anything(tmp_path: Pat
         memory.run_pending()
         assert memory.search("座位")
     assert (tmp_path / "p.db").exists()
+
+
+def test_public_methods_refuse_wrong_arguments_naming_them(tmp_path: Path) -> None:
+    """A truthy string was a yes (``purge(all_tenants="no")`` purged every tenant), a
+    string of ids was read as its characters, and None or a wrong shape failed with a
+    TypeError or KeyError deep inside."""
+    with Memory.open(tmp_path / "m.db", embedder="hashing", workers=0) as memory:
+        other = memory.for_tenant("other")
+        other.add_turns("c", [{"turn_id": "1", "role": "user", "text": "我对花生过敏"}])
+        other.run_pending()
+        other.delete("c")
+        calls: list[tuple[str, Any]] = [
+            ("turns", lambda: memory.add_turns("c", None)),
+            ("chunks", lambda: memory.upsert_chunks(None)),
+            ("timeout", lambda: memory.flush("1")),
+            ("timeout", lambda: memory.flush(float("nan"))),
+            ("all_tenants", lambda: memory.purge(all_tenants="no")),
+            ("all_tenants", lambda: memory.backlog(all_tenants="yes")),
+            ("all_tenants", lambda: memory.job_counts(all_tenants=1)),
+            ("kept_only", lambda: memory.recent_turns("c", kept_only="yes")),
+            ("chunk_ids", lambda: memory.chunks(chunk_ids="abc")),
+            ("batch_size", lambda: memory.reindex(batch_size=0)),
+            ("parts", lambda: memory.count_degraded("2")),
+            ("name", lambda: memory.create_api_key("t", 5)),
+            ("point", lambda: memory.latest_entity_state("p", "e", (1,))),
+            ("point[1]", lambda: memory.latest_entity_state("p", "e", (1, -1))),
+            ("entity_id", lambda: memory.latest_entity_state("p", 5, (1, 1))),
+            ("chapters", lambda: memory.entity_timeline("p", "x")),
+            ("project_id", lambda: memory.entity_timeline(5, (1, 2))),
+            ("rows", lambda: memory.put_entity_states("p", "notalist")),
+            ("rows[0]", lambda: memory.put_entity_states("p", [5])),
+            ("rows[0].entity_id", lambda: memory.put_entity_states("p", [{"chapter_index": 1}])),
+            (
+                "rows[0].project_id",
+                lambda: memory.put_entity_states(
+                    "p",
+                    [{"project_id": "q", "entity_id": "e", "chapter_index": 1, "scene_index": 1}],
+                ),
+            ),
+        ]
+        for field, call in calls:
+            with pytest.raises(InvalidInputError) as caught:
+                call()
+            assert caught.value.field == field
+        # the refused purge removed nothing of the other tenant's deleted text
+        assert other.purge()["turns"] == 1
+        row = {"entity_id": "e", "chapter_index": 1, "scene_index": 2, "state": {"x": 1}}
+        assert memory.put_entity_states("p", [row]) == 1
+        found = memory.latest_entity_state("p", "e", (1, 2))
+        assert found is not None and found["project_id"] == "p"

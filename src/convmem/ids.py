@@ -15,10 +15,13 @@ __all__ = [
     "DeleteResult",
     "UpsertResult",
     "check_conversation_id",
+    "check_flag",
     "check_limit",
+    "check_list",
     "check_note_id",
     "check_tenant",
     "check_turn_range",
+    "check_whole",
 ]
 
 MAX_CONVERSATION_ID = 200
@@ -91,6 +94,30 @@ def check_limit(limit: Any, field: str = "limit") -> int:
             f"{field} must be an integer in 0..{MAX_LIMIT}, got {limit!r}", field=field
         )
     return int(limit)
+
+
+def check_flag(value: Any, field: str) -> bool:
+    """A yes/no option: True or False only (a string such as ``"no"`` is truthy, and
+    ``purge(all_tenants="no")`` purged every tenant)."""
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{field} must be True or False, got {value!r}", field=field)
+    return value
+
+
+def check_whole(value: Any, field: str, least: int = 0) -> int:
+    """A count: a whole number of at least ``least`` (never a bool, a float or a string)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidInputError(
+            f"{field} must be a whole number >= {least}, got {value!r}", field=field
+        )
+    return value
+
+
+def check_list(value: Any, field: str) -> list[Any]:
+    """A list (or tuple) of items; a string, a mapping or None is refused, not iterated."""
+    if not isinstance(value, list | tuple):
+        raise InvalidInputError(f"{field} must be a list, got {type(value).__name__}", field=field)
+    return list(value)
 
 
 def check_note_id(note_id: Any) -> str:

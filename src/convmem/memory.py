@@ -26,9 +26,12 @@ from convmem.ids import (
     DeleteResult,
     UpsertResult,
     check_conversation_id,
+    check_flag,
     check_limit,
+    check_list,
     check_tenant,
     check_turn_range,
+    check_whole,
 )
 from convmem.ingest import ChunkingPolicy, line_tokens
 from convmem.models import (
@@ -224,7 +227,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             TurnConflictError: a turn id is already stored with other text.
         """
         conversation_id = check_conversation_id(conversation_id)
-        parsed = parse_turns(list(turns), max_text_chars=self._engine.max_text_chars)
+        parsed = parse_turns(check_list(turns, "turns"), max_text_chars=self._engine.max_text_chars)
         accepted_at = datetime.fromtimestamp(self._engine.clock.now(), UTC)
         accepted, duplicates, job_id = self._engine.store.add_turns(
             self._tenant, conversation_id, parsed, accepted_at=accepted_at
@@ -250,6 +253,14 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             EmbeddingMismatchError: jobs are pending and this process can no longer run
                 them: the store was reindexed to another model since it was opened.
         """
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not timeout >= 0  # NaN too
+        ):
+            raise InvalidInputError(
+                f"timeout must be a number of seconds >= 0, got {timeout!r}", field="timeout"
+            )
         deadline = time.monotonic() + timeout
         while True:
             pending, failed = self._engine.store.backlog(self._tenant)
@@ -416,6 +427,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         """
         conversation_id = check_conversation_id(conversation_id)
         limit = check_limit(limit)
+        check_flag(kept_only, "kept_only")
         store = self._engine.store
         turns = store.load_turns(self._tenant, conversation_id, limit=limit, newest_first=True)
         if not turns:
@@ -439,7 +451,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         """
         records: list[ChunkRecord] = []
         errors: list[str] = []
-        for index, raw in enumerate(chunks):
+        for index, raw in enumerate(check_list(chunks, "chunks")):
             try:
                 record = raw if isinstance(raw, ChunkRecord) else ChunkRecord.model_validate(raw)
             except Exception as exc:
@@ -497,7 +509,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         rows = self._engine.store.caller_chunks(
             self._tenant,
             conversation_id=conversation_id,
-            chunk_ids=list(chunk_ids) if chunk_ids is not None else None,
+            chunk_ids=_ids(chunk_ids) if chunk_ids is not None else None,
             spec=spec,
             limit=check_limit(limit),
             offset=check_limit(offset, "offset"),
@@ -554,13 +566,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         self, conversation_id: str, chunk_ids: Sequence[str]
     ) -> tuple[list[tuple[int, int]], list[str], list[str]]:
         """Turn ranges of worker chunks, ids of caller-made chunks, and problems."""
-        if isinstance(chunk_ids, str) or not all(isinstance(c, str) for c in chunk_ids):
-            raise InvalidInputError("chunk_ids must be a list of strings", field="chunk_ids")
-        for index, chunk_id in enumerate(chunk_ids):
-            problem = text_problem(chunk_id)
-            if problem is not None:
-                raise InvalidInputError(f"chunk_ids[{index}] {problem}", field="chunk_ids")
-        sources = self._engine.store.chunk_sources(self._tenant, list(chunk_ids))
+        sources = self._engine.store.chunk_sources(self._tenant, _ids(chunk_ids))
         ranges: list[tuple[int, int]] = []
         api_ids: list[str] = []
         errors: list[str] = []
@@ -595,7 +601,9 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         ``all_tenants`` is the operator's purge of every tenant (``convmem purge
         --all-tenants``); a tenant's handle never removes another tenant's data by default.
         """
-        return self._engine.store.purge(None if all_tenants else self._tenant)
+        return self._engine.store.purge(
+            None if check_flag(all_tenants, "all_tenants") else self._tenant
+        )
 
     def reindex(self, *, batch_size: int = 256) -> int:
         """Re-embed every live chunk (and the turns it holds) from its stored text with this
@@ -607,6 +615,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         vectors of its own dimension, so a search during the reindex finds the chunks
         re-embedded so far (and every chunk lexically). Run it again if it stops part way.
         """
+        check_whole(batch_size, "batch_size", 1)
         engine = self._engine
         engine.store.set_embedding_model(engine.embedding.model_id, engine.embedding.dimension)
         count = 0
@@ -634,3 +643,16 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         engine.searcher.reset_indexes()
         logger.info("re-embedded %d chunks with %s", count, engine.embedding.model_id)
         return count
+
+
+def _ids(chunk_ids: Any) -> list[str]:
+    """Chunk ids to look up: a list of strings a store can be asked about."""
+    if isinstance(chunk_ids, str) or not isinstance(chunk_ids, list | tuple):
+        raise InvalidInputError("chunk_ids must be a list of strings", field="chunk_ids")
+    for index, chunk_id in enumerate(chunk_ids):
+        if not isinstance(chunk_id, str):
+            raise InvalidInputError("chunk_ids must be a list of strings", field="chunk_ids")
+        problem = text_problem(chunk_id)
+        if problem is not None:
+            raise InvalidInputError(f"chunk_ids[{index}] {problem}", field="chunk_ids")
+    return list(chunk_ids)

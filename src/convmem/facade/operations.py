@@ -6,9 +6,9 @@ from typing import Any
 
 from convmem.errors import InvalidInputError
 from convmem.facade.base import FacadeBase
-from convmem.ids import check_conversation_id, check_limit, check_tenant
+from convmem.ids import check_conversation_id, check_flag, check_limit, check_tenant
 from convmem.metrics import Counter, Histogram
-from convmem.models import INT64, JobInfo
+from convmem.models import INT64, JobInfo, text_problem
 from convmem.store.jobs import JOB_STATUSES
 
 __all__ = ["OperationsMethods"]
@@ -95,6 +95,10 @@ class OperationsMethods(FacadeBase):
 
     def create_api_key(self, tenant: str, name: str = "") -> tuple[str, str]:
         """Create an API key for ``tenant``: ``(key_id, secret)``; the secret is not stored."""
+        if not isinstance(name, str) or len(name) > 200 or text_problem(name):
+            raise InvalidInputError(
+                f"name must be a string of at most 200 characters, got {name!r}", field="name"
+            )
         return self._engine.store.create_api_key(check_tenant(tenant), name)
 
     def api_key_tenant(self, secret: str) -> str | None:
@@ -112,11 +116,15 @@ class OperationsMethods(FacadeBase):
     def job_counts(self, *, all_tenants: bool = False) -> dict[str, int]:
         """Index jobs of this tenant (or of every tenant) by status, read from the store:
         counts the work of ``convmem worker`` processes as well as this process's."""
-        return self._engine.store.job_counts(None if all_tenants else self._tenant)
+        return self._engine.store.job_counts(
+            None if check_flag(all_tenants, "all_tenants") else self._tenant
+        )
 
     def backlog(self, *, all_tenants: bool = False) -> tuple[int, int]:
         """``(pending_or_running, failed)`` index jobs of this tenant (or of every tenant)."""
-        return self._engine.store.backlog(None if all_tenants else self._tenant)
+        return self._engine.store.backlog(
+            None if check_flag(all_tenants, "all_tenants") else self._tenant
+        )
 
 
 def _job_id(job_id: Any) -> int:

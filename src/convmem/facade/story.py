@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from typing import Any, Self
 
+from pydantic import ValidationError
+
+from convmem.errors import InvalidInputError
 from convmem.facade.base import FacadeBase
-from convmem.story.memory import StoryMemory
+from convmem.ids import check_flag, check_list, check_whole
+from convmem.story.memory import StoryMemory, check_entity, check_index, check_project
+from convmem.story.models import EntityStateSnapshot
 
 __all__ = ["StoryMethods"]
 
@@ -22,23 +27,67 @@ class StoryMethods(FacadeBase):
 
     def count_degraded(self, parts: int) -> None:
         """Record scene-context parts that degraded (seed 003 decision 4) in the metrics."""
-        self._engine.story_degraded.inc(parts)
+        self._engine.story_degraded.inc(check_whole(parts, "parts"))
 
     def put_entity_states(self, project_id: str, rows: list[dict[str, Any]]) -> int:
-        """Store entity state snapshots of a project (same entity, point, version overwrite)."""
-        return self._engine.store.put_entity_states(self._tenant, rows)
+        """Store entity state snapshots of a project (same entity, point, version overwrite).
+
+        Raises:
+            InvalidInputError: a row is no valid snapshot of this project (naming
+                ``rows[i].field``); nothing is stored.
+        """
+        project_id = check_project(project_id)
+        checked: list[dict[str, Any]] = []
+        for index, row in enumerate(check_list(rows, "rows")):
+            if not isinstance(row, dict):
+                raise InvalidInputError(f"rows[{index}] must be a dict", field=f"rows[{index}]")
+            if row.get("project_id", project_id) != project_id:
+                raise InvalidInputError(
+                    f"rows[{index}].project_id is {row['project_id']!r}, not {project_id!r}",
+                    field=f"rows[{index}].project_id",
+                )
+            try:
+                snapshot = EntityStateSnapshot.model_validate({**row, "project_id": project_id})
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                raise InvalidInputError(
+                    f"rows[{index}].{where}: {first['msg']}", field=f"rows[{index}].{where}"
+                ) from None
+            checked.append(snapshot.model_dump())
+        return self._engine.store.put_entity_states(self._tenant, checked)
 
     def latest_entity_state(
         self, project_id: str, entity_id: str, point: tuple[int, int], *, inclusive: bool = True
     ) -> dict[str, Any] | None:
         """The newest snapshot of an entity at (``inclusive``) or before a story point
         ``(chapter_index, scene_index)``, or None."""
+        chapter, scene = _point(point, "point")
         return self._engine.store.latest_entity_state(
-            self._tenant, project_id, entity_id, *point, inclusive=inclusive
+            self._tenant,
+            check_project(project_id),
+            check_entity(entity_id),
+            chapter,
+            scene,
+            inclusive=check_flag(inclusive, "inclusive"),
         )
 
     def entity_timeline(
         self, project_id: str, chapters: tuple[int, int], entity_id: str | None = None
     ) -> list[dict[str, Any]]:
         """A project's snapshots of chapters ``first..last`` (inclusive), in story order."""
-        return self._engine.store.entity_timeline(self._tenant, project_id, *chapters, entity_id)
+        first, last = _point(chapters, "chapters")
+        return self._engine.store.entity_timeline(
+            self._tenant,
+            check_project(project_id),
+            first,
+            last,
+            None if entity_id is None else check_entity(entity_id),
+        )
+
+
+def _point(value: Any, field: str) -> tuple[int, int]:
+    """Two story indices: ``(chapter_index, scene_index)`` or ``(first, last)`` chapters."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise InvalidInputError(f"{field} must be two whole numbers, got {value!r}", field=field)
+    return check_index(value[0], f"{field}[0]"), check_index(value[1], f"{field}[1]")

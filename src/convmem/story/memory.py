@@ -27,6 +27,9 @@ __all__ = [
     "POSITION_SCALE",
     "StoryHost",
     "StoryMemory",
+    "check_entity",
+    "check_index",
+    "check_project",
     "get_entity_state_tool",
     "get_recent_timeline_tool",
     "search_story_memory_tool",
@@ -81,7 +84,7 @@ def story_position(chapter_index: int, scene_index: int) -> int:
 MAX_INDEX = 1_000_000
 
 
-def _check_index(value: Any, field: str) -> int:
+def check_index(value: Any, field: str) -> int:
     """A chapter or scene index to read at: an integer in 0..:data:`MAX_INDEX` (a store
     compared anything else its own way, or failed on it)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INDEX:
@@ -91,7 +94,7 @@ def _check_index(value: Any, field: str) -> int:
     return value
 
 
-def _check_entity(entity_id: Any) -> str:
+def check_entity(entity_id: Any) -> str:
     """An entity id to read: a non-empty string of at most 200 characters a store can keep
     (PostgreSQL failed on a number or a NUL that SQLite looked up and did not find)."""
     if not isinstance(entity_id, str) or not entity_id or len(entity_id) > 200:
@@ -130,7 +133,7 @@ def _names(value: Any, field: str) -> list[str]:
     return names
 
 
-def _check_project(project_id: Any) -> str:
+def check_project(project_id: Any) -> str:
     if not isinstance(project_id, str) or not project_id.strip() or len(project_id) > 200:
         raise InvalidInputError(
             "project_id must be a non-empty string of at most 200 characters", field="project_id"
@@ -159,7 +162,7 @@ class StoryMemory:
     """One project's story memory, bound to a tenant (``Memory.story(project_id)``)."""
 
     def __init__(self, memory: StoryHost, project_id: str) -> None:
-        self.project_id = _check_project(project_id)
+        self.project_id = check_project(project_id)
         self._memory = memory
         self._space = memory.story_space(project_id)
 
@@ -289,8 +292,8 @@ class StoryMemory:
                     f"before must be (chapter_index, scene_index), got {before!r}", field="before"
                 )
             position = story_position(
-                _check_index(before[0], "before.chapter_index"),
-                _check_index(before[1], "before.scene_index"),
+                check_index(before[0], "before.chapter_index"),
+                check_index(before[1], "before.scene_index"),
             )
             if position == 0:
                 return []
@@ -333,11 +336,11 @@ class StoryMemory:
     ) -> EntityStateSnapshot | None:
         """Latest state at (or, ``inclusive=False``, strictly before) a point."""
         point = (
-            _check_index(chapter_index, "chapter_index"),
-            _check_index(scene_index, "scene_index"),
+            check_index(chapter_index, "chapter_index"),
+            check_index(scene_index, "scene_index"),
         )
         row = self._memory.latest_entity_state(
-            self.project_id, _check_entity(entity_id), point, inclusive=inclusive
+            self.project_id, check_entity(entity_id), point, inclusive=inclusive
         )
         return EntityStateSnapshot.model_validate(row) if row else None
 
@@ -345,13 +348,13 @@ class StoryMemory:
         self, chapter_index: int, window: int = 2, entity_id: str | None = None
     ) -> list[EntityStateSnapshot]:
         """Snapshots of chapters ``chapter_index - window .. chapter_index``, in story order."""
-        chapter_index = _check_index(chapter_index, "chapter_index")
+        chapter_index = check_index(chapter_index, "chapter_index")
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise InvalidInputError(
                 f"window must be an integer >= 0, got {window!r}", field="window"
             )
         if entity_id is not None:
-            entity_id = _check_entity(entity_id)
+            entity_id = check_entity(entity_id)
         chapters = (max(0, chapter_index - window), chapter_index)
         rows = self._memory.entity_timeline(self.project_id, chapters, entity_id)
         return [EntityStateSnapshot.model_validate(row) for row in rows]
