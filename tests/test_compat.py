@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import rag_ingest_incremental as rag
-from convmem import HashingEmbedder
+from convmem import HashingEmbedder, InvalidInputError
 from convmem.compat import rag_ingest_incremental as implementation
 
 
@@ -95,6 +95,35 @@ def test_the_seed_flow(configured: None) -> None:
 def test_build_rejects_mixed_conversations() -> None:
     with pytest.raises(ValueError, match="conversation_id"):
         rag.build_incremental_chunks([EVENTS[0], {**EVENTS[1], "conversation_id": "other"}])
+
+
+def test_wrong_shapes_are_refused_naming_the_field(configured: None) -> None:
+    cases = [
+        ("events", lambda: rag.build_incremental_chunks("abc")),
+        ("events", lambda: rag.build_incremental_chunks(EVENTS[0])),
+        ("events[1]", lambda: rag.build_incremental_chunks([EVENTS[0], 5])),
+        (
+            "events.conversation_id",
+            lambda: rag.build_incremental_chunks([{**EVENTS[0], "conversation_id": ["c"]}]),
+        ),
+        ("chunks", lambda: rag.upsert_vector_records(None)),
+        ("chunks", lambda: rag.upsert_vector_records("abc")),
+    ]
+    for field, call in cases:
+        with pytest.raises(InvalidInputError) as caught:
+            call()
+        assert caught.value.field == field
+
+
+def test_a_refused_configure_keeps_the_earlier_store(configured: None, tmp_path: Path) -> None:
+    chunks = rag.build_incremental_chunks(EVENTS)["chunks"]
+    assert rag.upsert_vector_records(chunks)["errors"] == []
+    with pytest.raises(InvalidInputError) as caught:
+        rag.configure(store=str(tmp_path / "other.db"), embedder="hashing", workers="1")
+    assert caught.value.field == "workers"
+    hits = rag.embed_db("护照", top_k=3)["hits"]  # the earlier store, reopened
+    assert hits and "护照" in hits[0]["text"]
+    assert not (tmp_path / "other.db").exists()
 
 
 @pytest.mark.parametrize("xdg_data_home", [None, "/srv/data"])

@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from convmem.embed import Embedder, resolve_embedder
+from convmem.embed import Embedder
 from convmem.embed.service import EmbeddingService as _BaseEmbeddingService
 from convmem.errors import InvalidInputError
+from convmem.ids import check_list
 from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
 from convmem.memory import Memory
 from convmem.models import Turn, parse_turns
@@ -45,27 +46,31 @@ def configure(
     tenant: str = "default",
     workers: int = 0,
 ) -> Memory:
-    """Choose the store and embedder these functions use (closing any earlier one)."""
+    """Choose the store and embedder these functions use (closing any earlier one).
+
+    A refused setting (a bad store, embedder or option) raises and leaves the earlier
+    configuration in use.
+    """
     global _memory
     with _lock:
+        settings = {"store": store, "embedder": embedder, "tenant": tenant, "workers": workers}
         if _memory is not None:
-            _memory.close()
+            _memory.close()  # before the new one opens: it may be the same SQLite file
             _memory = None
-        _settings.update(store=store, embedder=embedder, tenant=tenant, workers=workers)
-        _memory = _open()
+        _memory = _open(settings)
+        _settings.clear()
+        _settings.update(settings)
         return _memory
 
 
-def _open() -> Memory:
-    store = _settings.get("store") or os.environ.get("CONVMEM_STORE")
-    embedder = _settings.get("embedder") or os.environ.get("CONVMEM_EMBEDDER")
-    if isinstance(embedder, str):
-        embedder = resolve_embedder(embedder)
+def _open(settings: Mapping[str, Any]) -> Memory:
+    store = settings.get("store") or os.environ.get("CONVMEM_STORE")
+    embedder = settings.get("embedder") or os.environ.get("CONVMEM_EMBEDDER")
     return Memory.open(
         store,
         embedder=embedder,
-        tenant=_settings.get("tenant", "default"),
-        workers=_settings.get("workers", 0),
+        tenant=settings.get("tenant", "default"),
+        workers=settings.get("workers", 0),
     )
 
 
@@ -73,7 +78,7 @@ def _get() -> Memory:
     global _memory
     with _lock:
         if _memory is None:
-            _memory = _open()
+            _memory = _open(_settings)
         return _memory
 
 
@@ -104,12 +109,23 @@ def build_incremental_chunks(events: Sequence[Mapping[str, Any]]) -> dict[str, A
     """
     if not events:
         raise InvalidInputError("events is empty; pass at least one MemoryEvent", field="events")
-    conversation_ids = {event.get("conversation_id") for event in events}
-    if len(conversation_ids) != 1 or not isinstance(next(iter(conversation_ids)), str):
+    events = check_list(events, "events")
+    for index, event in enumerate(events):
+        if not isinstance(event, Mapping):
+            raise InvalidInputError(
+                f"events[{index}] must be a MemoryEvent object, got {type(event).__name__}",
+                field=f"events[{index}]",
+            )
+    conversation_ids = {
+        value if isinstance(value := event.get("conversation_id"), str) else None
+        for event in events
+    }
+    first = events[0].get("conversation_id")
+    if len(conversation_ids) != 1 or not isinstance(first, str):
         raise InvalidInputError(
             "events must all carry the same conversation_id string", field="events.conversation_id"
         )
-    conversation_id = str(next(iter(conversation_ids)))
+    conversation_id = first
     turns: list[Turn] = parse_turns(list(events), max_text_chars=32000)
     now = datetime.now(UTC)
     chunk_turns = [
@@ -134,7 +150,7 @@ def build_incremental_chunks(events: Sequence[Mapping[str, Any]]) -> dict[str, A
 
 def upsert_vector_records(chunks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Embed and upsert ChunkRecords; the same ``chunk_id`` overwrites (replayable)."""
-    result = _get().upsert_chunks(list(chunks))
+    result = _get().upsert_chunks(check_list(chunks, "chunks"))
     return {"upserted": result.upserted, "updated": result.updated, "errors": result.errors}
 
 
