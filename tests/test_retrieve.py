@@ -376,6 +376,47 @@ operators:
     assert len(data["memory_data"]["hits"]) == 3
 
 
+def test_a_pipeline_config_with_a_wrong_key_or_shape_is_refused_naming_it(
+    filled: Memory, tmp_path: Path
+) -> None:
+    """A misspelt key was ignored (its default silently used), and a wrong shape or an
+    unreadable file failed with a TypeError, JSONDecodeError or FileNotFoundError."""
+    (tmp_path / "bad.json").write_text("{bad", encoding="utf-8")
+    (tmp_path / "list.json").write_text("[1, 2]", encoding="utf-8")
+    cases: list[tuple[Any, str]] = [
+        (5, "config"),
+        (tmp_path / "missing.yaml", "config"),
+        (tmp_path / "bad.json", "config"),
+        (tmp_path / "list.json", "config"),
+        ({"operators": {"pre_retrieval": 5}}, "pre_retrieval"),
+        (
+            {"operators": {"pre_retrieval": {"action": "validate", "max_char": 9}}},
+            "actions[0].max_char",
+        ),
+        (
+            {"operators": {"pre_retrieval": {"actions": [{"action": "route", "keywords": []}]}}},
+            "actions[0].keywords",
+        ),
+        ({"operators": {"memory_retrieval": 5}}, "memory_retrieval"),
+        ({"operators": {"memory_retrieval": {"topk": 3}}}, "memory_retrieval.topk"),
+        ({"operators": {"memory_retrieval": {"top_k": "3"}}}, "memory_retrieval.top_k"),
+        ({"operators": {"memory_retrieval": {"filters": "c"}}}, "memory_retrieval.filters"),
+        ({"operators": {"memory_retrieval": {"stm_turns": "8"}}}, "stm_turns"),
+    ]
+    for config, field in cases:
+        with pytest.raises(InvalidInputError) as caught:
+            build_pipeline(config, memory=filled)
+        assert caught.value.field == field, config
+    pipeline = build_pipeline({"operators": {"memory_retrieval": {"top_k": 2}}}, memory=filled)
+    for extra, field in (({"filters": "c"}, "filters"), ({"top_k": "3"}, "top_k")):
+        with pytest.raises(InvalidInputError) as caught:
+            pipeline.run("座位", **extra)
+        assert caught.value.field == field
+    with pytest.raises(InvalidInputError) as caught:
+        filled.hierarchy().retrieve("座位", decompose="no")  # type: ignore[arg-type]
+    assert caught.value.field == "decompose"
+
+
 def test_a_question_about_nothing_remembered_gets_nothing_from_any_tier(filled: Memory) -> None:
     service = filled.hierarchy()
     filters = {"conversation_id": "c"}

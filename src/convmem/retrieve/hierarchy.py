@@ -185,6 +185,10 @@ class HierarchicalMemoryService:
         tier, and the parts merged (:func:`merge_results`).
         """
         check_query_text(query)
+        if not isinstance(decompose, bool):
+            raise InvalidInputError(
+                f"decompose must be True or False, got {decompose!r}", field="decompose"
+            )
         strategies, params = _strategies(hints)
         top_k = _int_param(params, "top_k", top_k, 1, 1000)
         parts = split_questions(query) if decompose and vector is None else [query]

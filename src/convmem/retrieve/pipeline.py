@@ -61,9 +61,17 @@ class MemoryRetrieval:
 
     def __init__(self, service: HierarchicalMemoryService, config: Mapping[str, Any] | None = None):
         self.service = service
+        if config is not None and not isinstance(config, Mapping):
+            raise InvalidInputError("memory_retrieval must be an object", field="memory_retrieval")
         config = dict(config or {})
-        self.top_k = int(config.get("top_k", 6))
-        self.filters = config.get("filters")
+        unknown = sorted(str(key) for key in config if key not in RETRIEVAL_KEYS)
+        if unknown:
+            raise InvalidInputError(
+                f"memory_retrieval has unknown keys {unknown}; it reads {sorted(RETRIEVAL_KEYS)}",
+                field=f"memory_retrieval.{unknown[0]}",
+            )
+        self.top_k = _top_k(config.get("top_k", 6), "memory_retrieval.top_k")
+        self.filters = _filters(config.get("filters"), "memory_retrieval.filters")
         # the dialogue tier's options, as Memory.search takes them
         self.options = {
             key: config[key] for key in ("mode", "granularity", "min_score") if key in config
@@ -71,8 +79,8 @@ class MemoryRetrieval:
 
     def execute(self, data: dict[str, Any]) -> dict[str, Any]:
         filters = dict(self.filters or {})
-        filters.update(data.get("filters") or {})
-        top_k = int(data.get("top_k", self.top_k))
+        filters.update(_filters(data.get("filters"), "filters") or {})
+        top_k = _top_k(data.get("top_k", self.top_k), "top_k")
         queries = _queries(data)
         vectors = _vectors(data, queries)
         results = [
@@ -89,6 +97,26 @@ class MemoryRetrieval:
         result = results[0] if len(results) == 1 else merge_results(queries, results, top_k)
         data["memory_data"] = result.as_dict()
         return data
+
+
+#: What ``memory_retrieval`` reads (``stm_turns`` is the service's, read by build_pipeline).
+RETRIEVAL_KEYS = frozenset({"top_k", "filters", "mode", "granularity", "min_score", "stm_turns"})
+
+
+def _top_k(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+        raise InvalidInputError(
+            f"{field} must be an integer in 1..1000, got {value!r}", field=field
+        )
+    return value
+
+
+def _filters(value: Any, field: str) -> Mapping[str, Any] | None:
+    if value is not None and not isinstance(value, Mapping):
+        raise InvalidInputError(
+            f"{field} must be an object mapping fields to conditions, got {value!r}", field=field
+        )
+    return value
 
 
 def _vectors(data: Mapping[str, Any], queries: list[str]) -> list[Any]:
@@ -127,30 +155,55 @@ class Pipeline:
 
 
 def load_config(config: Mapping[str, Any] | str | Path) -> dict[str, Any]:
+    """A pipeline config as a dict: from a dict, a YAML or TOML string, or a file (``.toml``,
+    ``.json``, else YAML or TOML).
+
+    Raises:
+        InvalidInputError: naming ``config``: a missing or unreadable file, text that is
+            no object in any of the formats, or another type.
+    """
     if isinstance(config, Mapping):
         return dict(config)
-    text = config
-    if isinstance(config, Path) or (
-        isinstance(config, str) and "\n" not in config and Path(config).is_file()
-    ):
+    if not isinstance(config, str | Path):
+        raise InvalidInputError(
+            f"config must be a dict, a YAML or TOML string or a file path, got "
+            f"{type(config).__name__}",
+            field="config",
+        )
+    suffix = ""
+    if isinstance(config, Path) or ("\n" not in config and Path(config).is_file()):
         path = Path(config)
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".toml":
-            return tomllib.loads(text)
-        if path.suffix == ".json":
-            return dict(json.loads(text))
-    assert isinstance(text, str)
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError:
-        loaded = None
-    if not isinstance(loaded, dict):
         try:
-            loaded = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInputError(
-                f"pipeline config is neither YAML nor TOML: {exc}", field="config"
+                f"cannot read pipeline config {path}: {exc}", field="config"
             ) from None
+        suffix = path.suffix
+    else:
+        text = config
+    loaded: Any = None
+    try:
+        if suffix == ".toml":
+            loaded = tomllib.loads(text)
+        elif suffix == ".json":
+            loaded = json.loads(text)
+        else:
+            try:
+                loaded = yaml.safe_load(text)
+            except yaml.YAMLError:
+                loaded = None
+            if not isinstance(loaded, dict):
+                loaded = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInputError(
+            f"pipeline config is not valid {suffix.lstrip('.') or 'YAML or TOML'}: {exc}",
+            field="config",
+        ) from None
+    if not isinstance(loaded, dict):
+        raise InvalidInputError(
+            f"pipeline config must be an object, got {type(loaded).__name__}", field="config"
+        )
     return dict(loaded)
 
 
@@ -160,12 +213,23 @@ def build_pipeline(config: Mapping[str, Any] | str | Path, *, memory: RetrievalH
     operators = data.get("operators", data)
     if not isinstance(operators, Mapping):
         raise InvalidInputError("operators must be an object", field="operators")
-    pre_config = dict(operators.get("pre_retrieval") or {"action": "none"})
+    pre_config = operators.get("pre_retrieval") or {"action": "none"}
+    if not isinstance(pre_config, Mapping):
+        raise InvalidInputError(
+            "pre_retrieval must be an object: {actions: [...]} or one action", field="pre_retrieval"
+        )
+    pre_config = dict(pre_config)
     steps = pre_config.get("actions", [pre_config])
-    for step in steps:
-        if isinstance(step, dict) and step.get("action") in ("embedding", "multi_embed"):
-            step.setdefault("embedder", memory.embedding)
+    if isinstance(steps, list):
+        pre_config["actions"] = steps = [
+            dict(step) if isinstance(step, Mapping) else step for step in steps
+        ]
+        for step in steps:
+            if isinstance(step, dict) and step.get("action") in ("embedding", "multi_embed"):
+                step.setdefault("embedder", memory.embedding)
     pre = PreRetrieval(pre_config)
     retrieval_config = operators.get("memory_retrieval") or {}
-    service = memory.hierarchy(stm_turns=int(retrieval_config.get("stm_turns", 8)))
+    if not isinstance(retrieval_config, Mapping):
+        raise InvalidInputError("memory_retrieval must be an object", field="memory_retrieval")
+    service = memory.hierarchy(stm_turns=retrieval_config.get("stm_turns", 8))
     return Pipeline(pre, MemoryRetrieval(service, retrieval_config))

@@ -45,6 +45,18 @@ from convmem.text import clean_text, keywords, split_questions, without_recall_f
 __all__ = ["ACTIONS", "PreRetrieval"]
 
 ACTIONS = ("none", "embedding", "optimize", "multi_embed", "decompose", "route", "validate")
+#: The keys each action reads (a misspelt key was ignored, and its default silently used).
+ACTION_KEYS: dict[str, frozenset[str]] = {
+    "none": frozenset(),
+    "embedding": frozenset({"embedder", "instruction"}),
+    "optimize": frozenset({"operations", "max_keywords", "synonyms", "instruction", "llm"}),
+    "multi_embed": frozenset({"embedder", "views", "query_view", "recency", "role_weights"}),
+    "decompose": frozenset({"max_parts", "llm"}),
+    "route": frozenset(
+        {"route_strategy", "keyword_rules", "default_strategy", "classifier_threshold", "llm"}
+    ),
+    "validate": frozenset({"max_chars", "strict"}),
+}
 
 _SPEAKER = re.compile(r"^\s*<?([^<>:：\n]{1,32}?)>?\s*[:：]\s*(.+)$")
 ASSISTANT_ROLES = frozenset({"assistant", "ai", "bot", "agent", "助手", "助理", "system"})
@@ -70,6 +82,11 @@ def _vectors(embedder: Any, texts: list[str]) -> list[list[float]]:
 
 class PreRetrieval:
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        if config is not None and not isinstance(config, Mapping):
+            raise InvalidInputError(
+                "pre_retrieval must be an object: {actions: [...]} or one action",
+                field="pre_retrieval",
+            )
         config = dict(config or {"action": "none"})
         steps = config.get("actions")
         if steps is None:
@@ -82,6 +99,14 @@ class PreRetrieval:
                 raise InvalidInputError(
                     f"actions[{index}].action must be one of {', '.join(ACTIONS)}",
                     field=f"actions[{index}].action",
+                )
+            known = ACTION_KEYS[step["action"]]
+            unknown = sorted(str(key) for key in step if key != "action" and key not in known)
+            if unknown:
+                raise InvalidInputError(
+                    f"actions[{index}] ({step['action']}) has unknown keys {unknown}; it reads "
+                    f"{sorted(known) or 'no other key'}",
+                    field=f"actions[{index}].{unknown[0]}",
                 )
             self.steps.append(dict(step))
         self._embedders: dict[int, Any] = {}
