@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+from typing import Any
 
 import pytest
 
@@ -54,7 +56,7 @@ def test_langchain_retriever_returns_documents_of_one_conversation(memory: Memor
 
 def test_llamaindex_retriever_returns_scored_nodes(memory: Memory) -> None:
     _extra("llama_index.core")
-    from llama_index.core.schema import NodeWithScore
+    from llama_index.core.schema import MetadataMode, NodeWithScore
 
     from convmem.integrations.llamaindex import ConvmemRetriever
 
@@ -63,6 +65,36 @@ def test_llamaindex_retriever_returns_scored_nodes(memory: Memory) -> None:
     assert nodes and all(isinstance(n, NodeWithScore) for n in nodes)
     assert "B区17号" in nodes[0].node.get_content() and nodes[0].score is not None
     assert nodes[0].node.metadata["conversation_id"] == "car"
+    # an LLM prompt shows when and who, not the search's internals (kept in metadata)
+    prompt = nodes[0].node.get_content(metadata_mode=MetadataMode.LLM)
+    assert "timestamp_range" in prompt and "B区17号" in prompt
+    assert "rank_score" not in prompt and "turn_seqs" not in prompt
+    assert "rank_score" in nodes[0].node.metadata
+
+
+def test_llamaindex_async_retrieval_leaves_the_event_loop_free(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _extra("llama_index.core")
+    import convmem.integrations.llamaindex as adapter
+
+    threads: list[int] = []
+    real = adapter.search_scope
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(adapter, "search_scope", recorded)
+    retriever = adapter.ConvmemRetriever(memory=_filled(memory), conversation_id="car", k=2)
+
+    async def run() -> tuple[list[str], int]:
+        nodes = await retriever.aretrieve("车停在哪")
+        return [node.node.get_content() for node in nodes], threading.get_ident()
+
+    texts, loop_thread = asyncio.run(run())
+    assert texts == [node.node.get_content() for node in retriever.retrieve("车停在哪")]
+    assert threads[0] != loop_thread
 
 
 def test_async_memory_offloads_the_same_methods(memory: Memory) -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from llama_index.core.retrievers import BaseRetriever
@@ -17,6 +18,12 @@ from convmem.models import Hit
 from convmem.retrieve import DEFAULT_MIN_SCORE
 
 __all__ = ["ConvmemRetriever"]
+
+#: The metadata an LLM prompt or an embedding of a node shows besides its text: when and
+#: who, and whether it awaits the user's confirmation. The rest (scores, turn lists, flags)
+#: stays in ``node.metadata`` for the application; shown, it was some 25 lines of
+#: internals per one-line memory in every prompt.
+SHOWN_KEYS = ("conversation_id", "timestamp_range", "participants", "pending")
 
 
 def _node_id(hit: Hit) -> str:
@@ -48,15 +55,23 @@ class ConvmemRetriever(BaseRetriever):
         self.min_score = min_score
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        hits = search_scope(self, query_bundle.query_str)
         return [
-            NodeWithScore(
-                node=TextNode(
-                    id_=_node_id(hit),
-                    text=hit.text,
-                    metadata={**hit.metadata, "tier": hit.tier, "pending": hit.pending},
-                ),
-                score=hit.score,
-            )
-            for hit in hits
+            NodeWithScore(node=_node(hit), score=hit.score)
+            for hit in search_scope(self, query_bundle.query_str)
         ]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        # the search reads the store: off the event loop, as the LangChain retriever does
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
+
+def _node(hit: Hit) -> TextNode:
+    metadata = {**hit.metadata, "tier": hit.tier, "pending": hit.pending}
+    hidden = [key for key in metadata if key not in SHOWN_KEYS]
+    return TextNode(
+        id_=_node_id(hit),
+        text=hit.text,
+        metadata=metadata,
+        excluded_llm_metadata_keys=hidden,
+        excluded_embed_metadata_keys=hidden,
+    )
