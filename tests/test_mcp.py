@@ -14,6 +14,7 @@ pytest.importorskip("mcp")
 
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.server.mcpserver.exceptions import ToolError
 
 from convmem.mcp import TOOLS
 from helpers import make_turns
@@ -69,3 +70,38 @@ def test_an_mcp_client_remembers_recalls_and_forgets_over_stdio(tmp_path: Path) 
     assert is_error and "top_k" in message  # the HTTP API's validation, field named
     is_error, message = seen["whole"]
     assert is_error and "all=true" in message  # a whole conversation needs an explicit all
+
+
+def test_recall_is_brief_unless_asked_for_full_detail(tmp_path: Path) -> None:
+    """A hit's search bookkeeping (feature scores, turn lists, flags) is some 60 % of it and
+    lands in the agent's context on every recall; brief keeps what an agent acts on."""
+    from convmem import HashingEmbedder, Memory
+    from convmem.mcp import build_server
+
+    with Memory.open(tmp_path / "m.db", embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns("c", make_turns(["我的车停在地下二层B区17号车位。", "好的，记下了。"]))
+        memory.flush()
+        server = build_server(memory)
+
+        def recall(**args: Any) -> Any:
+            return asyncio.run(server.call_tool("recall", {"query": "车位", **args}))
+
+        brief = _payload(recall())["hits"]
+        full = _payload(recall(detail="full"))["hits"]
+        assert [hit["chunk_id"] for hit in brief] == [hit["chunk_id"] for hit in full]
+        assert brief[0]["text"] == full[0]["text"] and brief[0]["context"] == full[0]["context"]
+        assert set(brief[0]["metadata"]) <= {
+            "conversation_id",
+            "turn_range",
+            "timestamp_range",
+            "participants",
+            "category",
+            "sub_query",
+        }
+        assert brief[0]["metadata"]["turn_range"] == full[0]["metadata"]["turn_range"]
+        assert "evidence" in full[0]["metadata"] and "evidence" not in brief[0]["metadata"]
+        assert len(json.dumps(brief)) < 0.6 * len(json.dumps(full))
+        hinted = _payload(recall(hints={"strategies": ["deep_search"]}))["hits"]
+        assert hinted and "evidence" not in hinted[0]["metadata"]
+        with pytest.raises(ToolError, match="field detail"):  # in process, an error raises
+            recall(detail="everything")

@@ -67,6 +67,37 @@ def build_server(memory: Memory) -> MCPServer:
     return server
 
 
+#: The metadata a brief hit keeps: what an agent acts on (when, who, where to forget it,
+#: which part of the question it answers). The rest is the search's bookkeeping (scores of
+#: each feature, turn lists, flags): about 60 % of a hit, in the agent's context each time.
+BRIEF_METADATA = (
+    "conversation_id",
+    "turn_range",
+    "timestamp_range",
+    "participants",
+    "category",
+    "sub_query",
+)
+DETAILS = ("brief", "full")
+
+
+def _shown(result: dict[str, Any], detail: str) -> dict[str, Any]:
+    """``recall``'s answer at the detail asked for."""
+    if detail == "full":
+        return result
+    hits = []
+    for hit in result["hits"]:
+        metadata = hit.get("metadata") or {}
+        brief = {
+            key: hit[key]
+            for key in ("chunk_id", "score", "text", "context", "tier", "pending")
+            if key in hit
+        }
+        brief["metadata"] = {key: metadata[key] for key in BRIEF_METADATA if key in metadata}
+        hits.append(brief)
+    return {**result, "hits": hits}
+
+
 def _memory_tools(server: MCPServer, memory: Memory) -> None:
     """remember, recall, forget."""
 
@@ -86,6 +117,7 @@ def _memory_tools(server: MCPServer, memory: Memory) -> None:
         hints: dict[str, Any] | None = None,
         mode: str = "hybrid",
         min_score: float = DEFAULT_MIN_SCORE,
+        detail: str = "brief",
     ) -> dict[str, Any]:
         """Search memory: hits with score, text and metadata; deleted memory never returns.
 
@@ -93,8 +125,13 @@ def _memory_tools(server: MCPServer, memory: Memory) -> None:
         (0-1, the same scale for every query) and hits under ``min_score`` are dropped, so
         an empty list means nothing relevant is remembered. A question that asks several
         things ("A? And also B") is searched part by part; each hit names its part in
-        ``metadata.sub_query``.
+        ``metadata.sub_query``. ``detail="brief"`` keeps the metadata an agent acts on
+        (conversation, turn range, time, participants, category); ``"full"`` all of it.
         """
+        if detail not in DETAILS:
+            raise InvalidInputError(
+                f"detail must be 'brief' or 'full', got {detail!r}", field="detail"
+            )
         body = _parse(
             SearchIn,
             {
@@ -109,9 +146,11 @@ def _memory_tools(server: MCPServer, memory: Memory) -> None:
         if body.hints is not None:
             hints_used = body.hints.model_dump(mode="json", exclude_unset=True)
             result = memory.retrieve(body.query_text, hints_used, **body.options())
-            return result.as_dict()
+            return _shown(result.as_dict(), detail)
         hits = memory.search(body.query_text, **body.options())
-        return {"hits": [hit.model_dump(mode="json") for hit in hits], "hints": None}
+        return _shown(
+            {"hits": [hit.model_dump(mode="json") for hit in hits], "hints": None}, detail
+        )
 
     @server.tool()
     @_tool_errors
