@@ -196,6 +196,8 @@ def test_policy_overrides_are_explicit_and_checked(tmp_path: Any) -> None:
     path.write_text("{not json")
     with pytest.raises(InvalidInputError, match="cannot read policy file"):
         load_policy(path)
+    with pytest.raises(InvalidInputError, match="cannot read policy file"):
+        load_policy(str(tmp_path / "a\x00b.json"))  # a NUL in the path: a ValueError before
 
 
 def _one(text: str, role: str = "user", policy: GovernancePolicy | None = None) -> TurnMark:

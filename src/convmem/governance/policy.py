@@ -190,9 +190,9 @@ def load_policy(
         path = Path(source)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: bad JSON, or a NUL in the path
             raise InvalidInputError(
-                f"cannot read policy file {path}: {exc}", field="policy"
+                f"cannot read policy file {str(path)!r}: {exc}", field="policy"
             ) from None
         return GovernancePolicy().merged(data, source="policy")
     return GovernancePolicy().merged(source, source="policy")
