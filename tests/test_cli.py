@@ -261,6 +261,10 @@ def test_missing_input_file_is_one_line_and_exit_1(
     assert code == 1 and out == ""
     assert err.startswith("error: missing.jsonl: no such file") and err.count("\n") == 1
     assert "Traceback" not in err
+    code, out, err = _run(capsys, "--store", "m.db", "ingest", "a\x00b.jsonl")
+    assert code == 2 and "NUL" in err and err.count("\n") == 1
+    code, out, err = _run(capsys, "--store", "m.db", "policy", "set", "a\x00b.json")
+    assert code == 2 and "NUL" in err and err.count("\n") == 1
 
 
 def test_a_closed_stdout_pipe_is_silent(tmp_path: Path) -> None:

@@ -77,7 +77,10 @@ def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
         say(_os_error(exc))
         return EXIT_FAILURE
     except ValueError as exc:  # e.g. a JSON file that does not parse
-        say(f"{type(exc).__name__}: {exc}; fix the input")
+        if "embedded null" in str(exc):  # the OS refuses a path with a NUL in it
+            say("a file path holds a NUL character; check the arguments")
+        else:
+            say(f"{type(exc).__name__}: {exc}; fix the input")
         return EXIT_USAGE
     except Exception as exc:
         if getattr(args, "verbose", False):

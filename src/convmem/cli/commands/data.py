@@ -46,6 +46,8 @@ def ingest_file(
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    if "\x00" in args.file:
+        raise InvalidInputError("the file path holds a NUL character; check it", field="file")
     path = Path(args.file)
     with path.open("rb"):  # a missing or unreadable file fails before the store is opened
         pass

@@ -88,6 +88,10 @@ def cmd_policy(args: argparse.Namespace) -> int:
                 raise InvalidInputError(
                     "policy set needs a JSON file: convmem policy set policy.json", field="file"
                 )
+            if "\x00" in args.file:
+                raise InvalidInputError(
+                    "the file path holds a NUL character; check it", field="file"
+                )
             try:
                 overrides = json.loads(Path(args.file).read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
