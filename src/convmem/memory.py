@@ -8,6 +8,7 @@ service (:mod:`convmem.retrieve`), story memory to :mod:`convmem.story`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -191,6 +192,11 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
     @property
     def embedding(self) -> EmbeddingService:
         return self._engine.embedding
+
+    @property
+    def clock(self) -> Clock:
+        """Where expiry, TTLs and sweeps read the time (``Memory.open(clock=...)``)."""
+        return self._engine.clock
 
     @property
     def searcher(self) -> HybridSearcher:
@@ -518,6 +524,22 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             ChunkRecord.model_validate({"chunk_id": cid, "text": text, "metadata": meta})
             for cid, text, meta in rows
         ]
+
+    def extend_chunks(self, chunk_ids: Sequence[str], seconds: float) -> int:
+        """Let caller-made chunks live ``seconds`` from now (their ``expires_at`` moves; text
+        and vectors stay). A chunk already expired or deleted is not brought back. Returns
+        how many were extended."""
+        ids = _ids(chunk_ids)
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 < seconds < math.inf
+        ):
+            raise InvalidInputError(
+                f"seconds must be a finite number > 0, got {seconds!r}", field="seconds"
+            )
+        until = self._engine.clock.now() + seconds
+        return self._engine.store.extend_caller_expiry(self._tenant, dict.fromkeys(ids, until))
 
     def update(self, chunk: ChunkRecord | Mapping[str, Any]) -> UpsertResult:
         """Overwrite one chunk by its ``chunk_id`` (seed "更新")."""

@@ -209,6 +209,30 @@ def test_crud_round_trip(backend_url: str) -> None:
         assert "k2" not in rows_of(memory).values()
 
 
+def test_extending_a_caller_chunk_moves_its_expiry_alone(backend_url: str) -> None:
+    from convmem.clock import ManualClock
+
+    clock = ManualClock(1_800_000_000.0)
+    soon = "2027-01-15T08:00:30+00:00"  # 30 s after the clock's start
+    with opened(backend_url, clock=clock) as memory:
+        records = [chunk(name, f"the {name} ferry", expires_at=soon) for name in ("a", "b", "c")]
+        assert memory.upsert_chunks(records).errors == []
+        memory.delete("c1", chunk_ids=["c"])
+        assert memory.extend_chunks(["a", "c", "missing"], 120) == 1  # c is deleted
+        clock.advance(60)
+        assert [record.chunk_id for record in memory.chunks("c1")] == ["a"]
+        assert memory.chunks("c1")[0].metadata.expires_at == "2027-01-15T08:02:00+00:00"
+        assert [hit.chunk_id for hit in memory.search("ferry", min_score=0)] == ["a"]
+        assert memory.extend_chunks(["b"], 600) == 0  # b expired: never brought back
+        assert memory.chunks("c1", chunk_ids=["b"]) == []
+        clock.advance(61)
+        assert memory.chunks("c1") == []
+        for bad in (0, -1, float("nan"), "60"):
+            with pytest.raises(InvalidInputError) as caught:
+                memory.extend_chunks(["a"], bad)
+            assert caught.value.field == "seconds"
+
+
 @pytest.mark.parametrize("filters", FILTERS, ids=[str(f) for f in FILTERS])
 def test_every_filter_operator(backend_url: str, filters: dict[str, Any]) -> None:
     with opened(backend_url) as memory:

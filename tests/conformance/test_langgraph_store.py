@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from langgraph.store.memory import InMemoryStore
 
 from convmem import HashingEmbedder, Memory
+from convmem.clock import ManualClock
 from convmem.errors import InvalidInputError
 from convmem.integrations.langgraph import ConvmemStore
 
@@ -183,8 +185,11 @@ def test_bad_filters_and_listings_name_the_field(stores: tuple[Any, Any]) -> Non
         assert caught.value.field == field
     # the refusals changed nothing
     assert store.get(("alice", "notes"), "seat") is not None
-    with pytest.raises(NotImplementedError):
-        store.put(("alice", "notes"), "trip", {"text": "东京"}, ttl=5)
+    for bad in (-1, 0, float("inf"), "5"):
+        with pytest.raises(InvalidInputError) as caught:
+            store.put(("alice", "notes"), "trip", {"text": "东京"}, ttl=bad)
+        assert caught.value.field == "ttl"
+    assert store.get(("alice", "notes"), "trip") is None
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
@@ -201,3 +206,34 @@ def test_index_paths_choose_what_a_query_ranks(stores: tuple[Any, Any]) -> None:
     coriander = {item.key: item.score for item in store.search(("alice",), query="香菜")}
     assert coriander["plain"] is not None and coriander["plain"] > (coriander["bio"] or 0.0)
     assert store.get(("alice", "notes"), "bio").value == value  # the whole value is kept
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_ttl_expires_items_and_a_read_refreshes_them(backend_url: str) -> None:
+    clock = ManualClock(datetime(2026, 5, 1, 9, 0, tzinfo=UTC).timestamp())
+    memory = Memory.open(backend_url, embedder=HashingEmbedder(), workers=0, clock=clock)
+    try:
+        store = ConvmemStore(memory, ttl={"default_ttl": 2})
+        store.put(("alice", "notes"), "short", {"text": "我不吃香菜"}, ttl=1)
+        store.put(("alice", "notes"), "default", {"text": "下个月去东京出差"})  # 2 minutes
+        store.put(("alice", "notes"), "kept", {"text": "我喜欢靠窗的座位"}, ttl=None)
+        clock.advance(50)
+        assert store.get(("alice", "notes"), "short") is not None  # refreshed: until 110 s
+        clock.advance(50)
+        assert store.get(("alice", "notes"), "short", refresh_ttl=False) is not None
+        found = {item.key for item in store.search(("alice",), query="香菜")}
+        assert found == {"short", "default", "kept"}  # the search refreshed all: 160 s, 220 s
+        clock.advance(65)  # 165 s: "short" is past its refreshed expiry
+        assert store.get(("alice", "notes"), "short") is None
+        listed = store.search(("alice",), limit=10, refresh_ttl=False)
+        assert {item.key for item in listed} == {"default", "kept"}
+        clock.advance(60)  # 225 s
+        assert {item.key for item in store.search(("alice",), query="东京")} == {"kept"}
+        assert store.list_namespaces(prefix=("alice",)) == [("alice", "notes")]
+        store.put(("alice", "notes"), "short", {"text": "我不吃香菜"}, ttl=1)  # put again
+        assert store.get(("alice", "notes"), "short") is not None
+        clock.advance(10**6)
+        assert store.list_namespaces(prefix=("alice",)) == [("alice", "notes")]  # "kept"
+        assert [item.key for item in store.search(("alice",))] == ["kept"]
+    finally:
+        memory.close()

@@ -19,8 +19,10 @@ The semantics are LangGraph's own (``InMemoryStore``, checked side by side in
   that ranks low; ``put(..., index=False)`` items are never ranked;
 - ``list_namespaces`` lists one user's namespaces: its ``prefix`` must name the user, as
   every convmem read is scoped to a tenant;
-- deleted and expired items never come back. TTLs are not supported
-  (``supports_ttl`` is False, so ``put(..., ttl=...)`` raises NotImplementedError).
+- ``put(..., ttl=minutes)`` (or ``ConvmemStore(memory, ttl={"default_ttl": ...})``) makes
+  an item expire; a get or search that returns it moves its expiry ``ttl`` minutes on
+  (``refresh_ttl``, as LangGraph's stores do), without re-embedding it. Expired and deleted
+  items never come back, from any read, from the moment they expire (no sweep needed).
 
 >>> store = ConvmemStore(memory)                                         # doctest: +SKIP
 >>> store.put(("alice", "prefs"), "seat", {"text": "我喜欢靠窗的座位"})  # doctest: +SKIP
@@ -38,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.store.base import (
+    NOT_PROVIDED,
     BaseStore,
     GetOp,
     Item,
@@ -48,6 +51,7 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
 )
 from langgraph.store.base.embed import get_text_at_path
 
@@ -112,6 +116,15 @@ def _item(metadata: Mapping[str, Any], score: float | None = None) -> SearchItem
         updated_at=datetime.fromisoformat(metadata["lg_updated_at"]),
         score=score,
     )
+
+
+#: An item read from the store and its TTL in minutes (None: it never expires).
+Found = tuple[SearchItem, float | None]
+
+
+def _found(metadata: Mapping[str, Any], score: float | None = None) -> Found:
+    minutes = metadata.get("lg_ttl")
+    return _item(metadata, score), float(minutes) if minutes else None
 
 
 def _is_number(value: Any) -> bool:
@@ -204,11 +217,33 @@ def _page(offset: int, limit: int) -> tuple[int, int]:
     return offset, limit
 
 
-class ConvmemStore(BaseStore):
-    """``langgraph.store.base.BaseStore`` over a :class:`~convmem.Memory`."""
+def _ttl(value: Any) -> float | None:
+    """A TTL in minutes, or None (no expiry)."""
+    if value is None or value is NOT_PROVIDED:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise InvalidInputError(
+            f"ttl is minutes until the item expires: a finite number > 0 or None, got {value!r}",
+            field="ttl",
+        )
+    return float(value)
 
-    def __init__(self, memory: Memory) -> None:
+
+class ConvmemStore(BaseStore):
+    """``langgraph.store.base.BaseStore`` over a :class:`~convmem.Memory`.
+
+    ``ttl`` is LangGraph's ``TTLConfig``: ``default_ttl`` (minutes) for items put without
+    one, ``refresh_on_read`` (default True). Its ``sweep_interval_minutes`` is not needed:
+    an expired item is left out of every read at once.
+    """
+
+    supports_ttl: bool = True
+
+    def __init__(self, memory: Memory, *, ttl: TTLConfig | None = None) -> None:
         self.memory = memory
+        self.ttl_config = ttl
+        if ttl is not None:
+            _ttl(ttl.get("default_ttl"))
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return [self._run(op) for op in ops]
@@ -218,12 +253,21 @@ class ConvmemStore(BaseStore):
 
     def _run(self, op: Op) -> Result:
         if isinstance(op, GetOp):
-            return self._get(_namespace(op.namespace), op.key)
+            found = self._get(_namespace(op.namespace), op.key)
+            if found is None:
+                return None
+            if op.refresh_ttl:
+                self._refresh([found])
+            item = found[0]
+            return Item(**{name: getattr(item, name) for name in ITEM_FIELDS})
         if isinstance(op, PutOp):
-            self._put(_namespace(op.namespace), op.key, op.value, op.index)
+            self._put(_namespace(op.namespace), op.key, op.value, op.index, _ttl(op.ttl))
             return None
         if isinstance(op, SearchOp):
-            return self._search(op)
+            pairs = self._search(op)
+            if op.refresh_ttl:
+                self._refresh(pairs)
+            return [item for item, _ in pairs]
         if isinstance(op, ListNamespacesOp):
             return self._list_namespaces(op)
         raise TypeError(f"unknown store operation {type(op).__name__}")
@@ -234,12 +278,19 @@ class ConvmemStore(BaseStore):
             conversation, chunk_ids=[_chunk_id(namespace, key)]
         )
 
-    def _get(self, namespace: tuple[str, ...], key: str) -> Item | None:
+    def _get(self, namespace: tuple[str, ...], key: str) -> Found | None:
         records = self._records(namespace, key)
-        if not records:
-            return None
-        found = _item(records[0].metadata.model_dump())
-        return Item(**{name: getattr(found, name) for name in ITEM_FIELDS})
+        return _found(records[0].metadata.model_dump()) if records else None
+
+    def _refresh(self, found: Sequence[Found]) -> None:
+        """Move the expiry of the items that have a TTL that many minutes on."""
+        by_ttl: dict[tuple[str, float], list[str]] = {}
+        for item, minutes in found:
+            if minutes:
+                place = (item.namespace[0], minutes)
+                by_ttl.setdefault(place, []).append(_chunk_id(item.namespace, item.key))
+        for (user, minutes), chunk_ids in by_ttl.items():
+            self.memory.for_tenant(user).extend_chunks(chunk_ids, minutes * 60)
 
     def _put(
         self,
@@ -247,6 +298,7 @@ class ConvmemStore(BaseStore):
         key: str,
         value: Mapping[str, Any] | None,
         index: Sequence[str] | bool | None,
+        ttl: float | None = None,
     ) -> None:
         if not isinstance(key, str) or not key:
             raise InvalidInputError("key is a non-empty string", field="key")
@@ -261,7 +313,8 @@ class ConvmemStore(BaseStore):
                 f"value is a dict (or None to delete), got {type(value).__name__}", field="value"
             )
         old = self._records(namespace, key)
-        now = datetime.now(UTC).isoformat()
+        moment = self.memory.clock.now()
+        now = datetime.fromtimestamp(moment, UTC).isoformat()
         created = old[0].metadata.model_dump()["lg_created_at"] if old else now
         whole = json.dumps(value, ensure_ascii=False, sort_keys=True)
         if index is False:
@@ -287,6 +340,10 @@ class ConvmemStore(BaseStore):
                 "lg_value": dict(value),
                 "lg_created_at": created,
                 "lg_updated_at": now,
+                "lg_ttl": ttl,
+                "expires_at": (
+                    datetime.fromtimestamp(moment + ttl * 60, UTC).isoformat() if ttl else None
+                ),
             },
         }
         result = memory.upsert_chunks([record])
@@ -304,7 +361,7 @@ class ConvmemStore(BaseStore):
                 return
             offset += PAGE
 
-    def _search(self, op: SearchOp) -> list[SearchItem]:
+    def _search(self, op: SearchOp) -> list[Found]:
         prefix = _namespace(op.namespace_prefix, "namespace_prefix")
         offset, limit = _page(op.offset, op.limit)
         wanted = op.filter or {}
@@ -313,7 +370,7 @@ class ConvmemStore(BaseStore):
         _check_filter(wanted)
         memory = self.memory.for_tenant(prefix[0])
         stop = offset + limit
-        found: list[SearchItem] = []
+        found: list[Found] = []
         if op.query:
             hits = memory.search(
                 op.query,
@@ -323,23 +380,23 @@ class ConvmemStore(BaseStore):
                 min_score=0.0,
             )
             found = [
-                _item(hit.metadata, hit.score)
+                _found(hit.metadata, hit.score)
                 for hit in hits
                 if "lg_namespace" in hit.metadata and _matches(hit.metadata["lg_value"], wanted)
             ]
         elif not wanted:  # a plain listing pages in the store
             return [
-                _item(record.metadata.model_dump())
+                _found(record.metadata.model_dump())
                 for record in memory.chunks(
                     filters={"tags": _tag(prefix)}, limit=limit, offset=offset
                 )
             ]
         if len(found) < stop:
-            ranked = {(item.namespace, item.key) for item in found}
+            ranked = {(item.namespace, item.key) for item, _ in found}
             for metadata in self._items(memory, prefix):
-                item = _item(metadata)
+                item, minutes = _found(metadata)
                 if (item.namespace, item.key) not in ranked and _matches(item.value, wanted):
-                    found.append(item)
+                    found.append((item, minutes))
                     if len(found) >= stop:
                         break
         return found[offset:stop]

@@ -3,9 +3,10 @@ logical deletes that cascade, re-chunking and physical purge."""
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from convmem.store.dbapi import Connection
@@ -233,6 +234,33 @@ class ChunkTables(GovernanceTables):
                 else:
                     inserted += 1
         return inserted, updated
+
+    def extend_caller_expiry(self, tenant: str, expiries: Mapping[str, float]) -> int:
+        """Move the expiry of live, unexpired caller-made chunks (``chunk_id -> epoch
+        seconds``) in their column and their metadata; text and vectors stay. Returns how
+        many were moved (an expired or deleted chunk is not brought back)."""
+        if not expiries:
+            return 0
+        moved = 0
+        now = self.now()
+        with self._write() as conn:
+            for chunk_id, expires in expiries.items():
+                row = conn.execute(
+                    "SELECT rowid, metadata FROM chunks WHERE tenant=? AND chunk_id=? AND "
+                    "deleted=0 AND origin='api' AND (expires_at IS NULL OR expires_at > ?)",
+                    (tenant, chunk_id, now),
+                ).fetchone()
+                if row is None:
+                    continue
+                metadata = json.loads(row[1])
+                metadata["expires_at"] = datetime.fromtimestamp(expires, UTC).isoformat()
+                conn.execute(
+                    "UPDATE chunks SET expires_at=?, metadata=?, updated_at=? "
+                    "WHERE tenant=? AND rowid=?",
+                    (expires, json.dumps(metadata, ensure_ascii=False), now, tenant, row[0]),
+                )
+                moved += 1
+        return moved
 
     # -- delete and purge --------------------------------------------------------------
 
