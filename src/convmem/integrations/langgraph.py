@@ -8,7 +8,7 @@ value exactly. The item carries one tag per prefix of its namespace, so a search
 ``("alice",)`` or ``("alice", "notes")`` is one store filter over every deeper namespace.
 
 The semantics are LangGraph's own (``InMemoryStore``, checked side by side in
-``tests/test_integrations.py``):
+``tests/conformance/test_langgraph_store.py``):
 
 - get, put and delete by key round-trip; an update keeps ``created_at``;
 - ``search(prefix, filter=...)`` returns every item under the prefix whose value matches
