@@ -212,6 +212,35 @@ def test_a_turn_hit_is_pending_only_when_its_own_turn_awaits_confirmation(govern
     assert turn_flags()[1] == (False, False, True)
 
 
+def test_a_turn_hit_carries_its_own_category_and_importance(governed: Memory) -> None:
+    """A turn hit took its chunk's category and importance (its most important turn's), so
+    a seat preference beside an allergy came back as a rule, and a filter on category or
+    importance returned turns that did not meet it."""
+    lines = ["我下个月要去东京出差", "好的", "我喜欢靠窗的座位", "记下了", "我对花生过敏", "好的"]
+    governed.add_turns("c", make_turns(lines))
+    governed.flush()
+    question = "座位 花生 东京"
+
+    def found(**filters: Any) -> dict[str, tuple[str, float]]:
+        hits = governed.search(question, top_k=10, filters=filters or None, min_score=0)
+        return {
+            hit.text.split(": ", 1)[1]: (hit.metadata["category"], hit.metadata["importance"])
+            for hit in hits
+        }
+
+    everything = found()
+    assert everything["我喜欢靠窗的座位"] == ("preference", 0.7)
+    assert everything["我对花生过敏"] == ("rule", 0.8)
+    assert set(found(category="rule")) == {"我对花生过敏"}
+    assert "我对花生过敏" not in found(category={"$ne": "rule"})
+    assert "我喜欢靠窗的座位" in found(category={"$ne": "rule"})
+    assert set(found(importance={"$gte": 0.7})) == {"我对花生过敏", "我喜欢靠窗的座位"}
+    assert all(value < 0.7 for _, value in found(importance={"$lt": 0.7}).values())
+    assert "我下个月要去东京出差" in found(importance={"$lt": 0.7})
+    (chunk,) = governed.search("座位", top_k=3, granularity="chunk", min_score=0)
+    assert chunk.metadata["category"] == "rule"  # a chunk keeps its most important turn's
+
+
 def test_a_self_contained_save_pins_itself(governed: Memory) -> None:
     governed.add_turns("c", make_turns(["今天好累。", "早点休息吧。", "记住：我对青霉素过敏"]))
     governed.flush()

@@ -33,6 +33,8 @@ import numpy as np
 from convmem.ingest import spoken, vector_rows
 from convmem.models import Hit
 from convmem.retrieve.fusion import turns_of
+from convmem.store.filters import FilterSpec
+from convmem.store.filters import matches as meets
 from convmem.text import bm25, tokenize, tokenizer_signature, word_text, words
 from convmem.text.answers import answer_kind, asks_current, changes, states
 from convmem.text.cache import TextCache, cached_tokens
@@ -41,7 +43,9 @@ from convmem.text.synonyms import spelling
 
 __all__ = [
     "ANSWER_WEIGHT",
+    "OWN_FIELDS",
     "OWN_FLAGS",
+    "OWN_VALUES",
     "PER_CHUNK",
     "RANKER_WEIGHT",
     "RELEVANCE_WEIGHT",
@@ -390,7 +394,8 @@ def _turn_hit(unit: _Unit, score: float, evidence: Evidence, best: float | None)
     metadata: dict[str, Any] = {
         key: value for key, value in hit.metadata.items() if key != "turn_offsets"
     }
-    pending = _own_flag(hit.metadata, "pending_seqs", "requires_confirmation", unit.seq)
+    own = _own_view(unit)
+    pending = own["requires_confirmation"]
     metadata.update(
         {
             "turn_range": [unit.seq, unit.seq],
@@ -399,10 +404,11 @@ def _turn_hit(unit: _Unit, score: float, evidence: Evidence, best: float | None)
             "chunk_turn_range": hit.metadata.get("turn_range"),
             "granularity": "turn",
             "evidence": features,
-            "requires_confirmation": pending,
-            "pinned": _own_flag(hit.metadata, "pinned_seqs", "pinned", unit.seq),
+            **own,
         }
     )
+    for listed in OWN_VALUES.values():  # the chunk's lists say nothing more of one turn
+        metadata.pop(listed, None)
     return hit.model_copy(
         update={
             "score": round(score, 6),
@@ -417,13 +423,37 @@ def _turn_hit(unit: _Unit, score: float, evidence: Evidence, best: float | None)
 #: Filter fields a turn-level hit answers with its own turn's flag: the chunk's column
 #: says whether any of its turns is pinned or pending, the listed seqs which ones.
 OWN_FLAGS = {"pinned": "pinned_seqs", "requires_confirmation": "pending_seqs"}
+#: Fields a turn-level hit carries of its own turn: the chunk's column holds its most
+#: important turn's, the list (in ``turn_seqs`` order) each turn's.
+OWN_VALUES = {"category": "turn_categories", "importance": "turn_importance"}
+#: Every filter field a turn-level hit meets by its own turn.
+OWN_FIELDS = (*OWN_FLAGS, *OWN_VALUES)
 
 
-def _flag_of(unit: _Unit, field: str) -> bool:
-    """A unit's value for one of :data:`OWN_FLAGS`: its turn's, or a whole chunk's."""
+def _own_view(unit: _Unit) -> dict[str, Any]:
+    """A unit's own governance fields (:data:`OWN_FIELDS`): its turn's where the chunk
+    lists them, else the chunk's (a whole chunk, or one cut before the lists existed)."""
+    metadata = unit.hit.metadata
     if unit.seq is None:
-        return bool(unit.hit.metadata.get(field))
-    return _own_flag(unit.hit.metadata, OWN_FLAGS[field], field, unit.seq)
+        return {field: metadata.get(field) for field in OWN_FIELDS} | {
+            flag: bool(metadata.get(flag)) for flag in OWN_FLAGS
+        }
+    view: dict[str, Any] = {
+        flag: _own_flag(metadata, seqs, flag, unit.seq) for flag, seqs in OWN_FLAGS.items()
+    }
+    seqs = metadata.get("turn_seqs")
+    for field, listed in OWN_VALUES.items():
+        values = metadata.get(listed)
+        if (
+            isinstance(values, list)
+            and isinstance(seqs, list)
+            and len(values) == len(seqs)
+            and unit.seq in seqs
+        ):
+            view[field] = values[seqs.index(unit.seq)]
+        else:
+            view[field] = metadata.get(field)
+    return view
 
 
 def _own_flag(metadata: Mapping[str, Any], seqs: str, flag: str, seq: int) -> bool:
@@ -613,12 +643,13 @@ def turn_hits(
     ranker_weight: float = RANKER_WEIGHT,
     coverage_query: str | None = None,
     synonyms: Mapping[str, Sequence[str]] | None = None,
-    flags: Sequence[tuple[str, bool]] = (),
+    own: FilterSpec | None = None,
 ) -> list[Hit]:
     """Turn-level hits from chunk hits (best first): at most one hit per turn.
 
-    ``flags``: filter conditions on :data:`OWN_FLAGS` that each turn must meet by its own
-    flag (``pinned: true`` returns the pinned turns, not their chunk's other turns).
+    ``own``: filter conditions on :data:`OWN_FIELDS` that each turn must meet by its own
+    value (``pinned: true`` returns the pinned turns, not their chunk's other turns;
+    ``category: "rule"`` the rules, not a preference beside one).
 
     ``query_vector``: the question's vector, or several (one per row: the question and
     its rewording in the candidates' words), a line's cosine the best of them. ``embed``
@@ -634,7 +665,7 @@ def turn_hits(
     question rather than one word of eleven); ``synonyms``: the question's words with those
     synonyms (:func:`~convmem.text.synonyms.synonym_groups`), any of which holds the word.
     """
-    units = [unit for unit in _units(hits) if all(_flag_of(unit, f) == value for f, value in flags)]
+    units = [unit for unit in _units(hits) if own is None or meets(_own_view(unit), own)]
     if not units:
         return []
     known = line_tokens or {}

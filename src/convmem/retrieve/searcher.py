@@ -38,7 +38,14 @@ from convmem.retrieve.calibration import (
     hit_language,
     question_language,
 )
-from convmem.retrieve.evidence import OWN_FLAGS, chunk_evidence, named, turn_hits, without_names
+from convmem.retrieve.evidence import (
+    OWN_FIELDS,
+    OWN_FLAGS,
+    chunk_evidence,
+    named,
+    turn_hits,
+    without_names,
+)
 from convmem.retrieve.fusion import FUSIONS, diverse, fuse, interleave
 from convmem.retrieve.preretrieval import dialogue_vector
 from convmem.retrieve.ranker import Ranker, ranker_for
@@ -240,9 +247,9 @@ class HybridSearcher:
             if asked != request.query_text:
                 request = replace(request, query_text=asked)
         spec = parse_filters(request.filters, tenant=request.tenant)
-        flags: tuple[tuple[str, bool], ...] = ()
+        own: FilterSpec | None = None
         if request.granularity == "turn":
-            spec, flags = _own_flag_conditions(spec)
+            spec, own = _own_conditions(spec)
         mode = request.mode
         vector = self._query_vector(request, spec)
         if vector is None and mode == "hybrid":
@@ -373,7 +380,7 @@ class HybridSearcher:
                 stored,
                 known,
                 (covered_query, groups) if extra else None,
-                flags,
+                own,
             )
         else:
             hits = chunk_evidence(hits, lexical_query, similarity)
@@ -503,7 +510,7 @@ class HybridSearcher:
         stored: dict[int, bytes],
         known: dict[str, tuple[str, ...]],
         synonyms: tuple[str, dict[str, list[str]]] | None = None,
-        flags: Sequence[tuple[str, bool]] = (),
+        own: FilterSpec | None = None,
     ) -> list[Hit]:
         """The chunk hits as turn-level evidence (:func:`~convmem.retrieve.evidence.turn_hits`)
         for the cleaned ``query``, with the turn vectors and line tokens the worker stored
@@ -532,7 +539,7 @@ class HybridSearcher:
             line_tokens=known,
             coverage_query=synonyms[0] if synonyms else None,
             synonyms=synonyms[1] if synonyms else None,
-            flags=flags,
+            own=own,
         )
 
     def _query_vector(self, request: SearchRequest, spec: FilterSpec) -> np.ndarray | None:
@@ -701,16 +708,27 @@ class HybridSearcher:
                 index.save()
 
 
-def _own_flag_conditions(spec: FilterSpec) -> tuple[FilterSpec, tuple[tuple[str, bool], ...]]:
-    """A turn-level search's filter on :data:`~convmem.retrieve.evidence.OWN_FLAGS`: each
-    turn meets it by its own flag. Chunks are read under ``true`` (a chunk holds such a
-    turn only if its column says so) but not under ``false`` (a chunk with one pinned
-    turn holds unpinned ones too); the turns are then checked one by one."""
-    flags = tuple((c.field, bool(c.value)) for c in spec.conditions if c.field in OWN_FLAGS)
-    if not flags:
-        return spec, ()
-    kept = tuple(c for c in spec.conditions if c.field not in OWN_FLAGS or c.value is True)
-    return FilterSpec(kept), flags
+def _own_conditions(spec: FilterSpec) -> tuple[FilterSpec, FilterSpec | None]:
+    """A turn-level search's filter on :data:`~convmem.retrieve.evidence.OWN_FIELDS`: each
+    turn meets it by its own value, and the chunks are read under what a chunk holding
+    such a turn must meet. A flag's ``true`` (its column says whether any turn is), not its
+    ``false`` (a chunk with one pinned turn holds unpinned ones too); an importance floor
+    (the column is the chunk's highest), not a ceiling; a category's ``$eq`` or ``$in``
+    (the column is its most important turn's, so a rule's chunk may hold a preference
+    that is then not found), not ``$ne`` (a rule's chunk holds other turns too)."""
+    own = tuple(c for c in spec.conditions if c.field in OWN_FIELDS)
+    if not own:
+        return spec, None
+    kept = tuple(
+        c
+        for c in spec.conditions
+        if not (
+            (c.field in OWN_FLAGS and c.value is not True)
+            or (c.field == "importance" and c.op not in ("$gte", "$gt"))
+            or (c.field == "category" and c.op == "$ne")
+        )
+    )
+    return FilterSpec(kept), FilterSpec(own)
 
 
 class TurnVectors:

@@ -272,9 +272,11 @@ def iso(epoch: float | None) -> str | None:
 def _govern(record: ChunkRecord, seqs: Sequence[int], derived: Derived) -> ChunkRecord:
     """Chunk governance metadata from its turns' effective marks.
 
-    Importance and category of the most important turn; pinned or pending when any turn
-    is, and which turns are (``pinned_seqs``, ``pending_seqs``: a turn-level hit is pending
-    only when its own turn is, not when a neighbour in its chunk awaits confirmation); the
+    Importance and category of the most important turn, and each turn's own
+    (``turn_categories``, ``turn_importance``, in ``turn_seqs`` order: a turn-level hit
+    carries its turn's); pinned or pending when any turn is, and which turns are
+    (``pinned_seqs``, ``pending_seqs``: a turn-level hit is pending only when its own turn
+    is, not when a neighbour in its chunk awaits confirmation); the
     chunk expires with its first turn to expire (the sweep then re-cuts it without that
     turn), so expired text is never returned.
     """
@@ -293,6 +295,9 @@ def _govern(record: ChunkRecord, seqs: Sequence[int], derived: Derived) -> Chunk
         "pending_seqs": [
             seq for seq, mark in zip(seqs, marks, strict=True) if mark.requires_confirmation
         ],
+        # each turn's own, in turn_seqs order (a turn hit carries its turn's, not the top's)
+        "turn_categories": [mark.category for mark in marks],
+        "turn_importance": [mark.importance for mark in marks],
         "turn_seqs": list(seqs),
     }
     return record.model_copy(update={"metadata": record.metadata.model_copy(update=update)})
