@@ -16,6 +16,7 @@ from convmem.clock import SYSTEM_CLOCK, Clock
 from convmem.embed import Embedder, EmbeddingService, resolve_embedder
 from convmem.errors import EmbeddingMismatchError, InvalidInputError, StoreError
 from convmem.governance import GovernancePolicy, Marker, RuleMarker, load_policy
+from convmem.ids import check_flag, check_seconds, check_whole
 from convmem.ingest import ChunkingPolicy
 from convmem.metrics import Counter
 from convmem.retrieve import HybridSearcher
@@ -57,31 +58,6 @@ class Engine:
 
 #: The most index worker threads one handle starts (more only contend for the store).
 MAX_WORKERS = 256
-
-
-def _whole(name: str, value: Any, low: int, high: int | None = None) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        span = f"{low}..{high}" if high is not None else f">= {low}"
-        raise InvalidInputError(f"{name} must be a whole number {span}, got {value!r}", field=name)
-
-
-def _seconds(name: str, value: Any, *, zero: bool = False) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-        or (value == 0 and not zero)
-    ):
-        least = ">= 0" if zero else "> 0"
-        raise InvalidInputError(
-            f"{name} must be a finite number of seconds {least}, got {value!r}", field=name
-        )
 
 
 def _path(name: str, value: Any) -> None:
@@ -133,31 +109,27 @@ def check_options(
             "url is empty; pass a file path, sqlite:///path.db, postgresql://... or None",
             field="url",
         )
-    _whole("workers", workers, 0, MAX_WORKERS)
+    check_whole(workers, "workers", 0, MAX_WORKERS)
     if durability not in ("full", "normal"):
         raise InvalidInputError(
             f"durability must be 'full' (fsync each commit) or 'normal', got {durability!r}",
             field="durability",
         )
-    _whole("max_text_chars", max_text_chars, 1)
-    _seconds("retry_base_seconds", retry_base_seconds, zero=True)
-    _seconds("retry_max_seconds", retry_max_seconds, zero=True)
+    check_whole(max_text_chars, "max_text_chars", 1)
+    check_seconds(retry_base_seconds, "retry_base_seconds", zero=True)
+    check_seconds(retry_max_seconds, "retry_max_seconds", zero=True)
     if retry_max_seconds < retry_base_seconds:
         raise InvalidInputError(
             f"retry_max_seconds ({retry_max_seconds}) is below retry_base_seconds "
             f"({retry_base_seconds}); the backoff grows from the base up to the most",
             field="retry_max_seconds",
         )
-    _whole("max_attempts", max_attempts, 1)
-    _seconds("lease_seconds", lease_seconds)
-    _whole("job_batch", job_batch, 1)
-    if not isinstance(allow_model_change, bool):
-        raise InvalidInputError(
-            f"allow_model_change must be True or False, got {allow_model_change!r}",
-            field="allow_model_change",
-        )
+    check_whole(max_attempts, "max_attempts", 1)
+    check_seconds(lease_seconds, "lease_seconds")
+    check_whole(job_batch, "job_batch", 1)
+    check_flag(allow_model_change, "allow_model_change")
     _path("model_cache_dir", model_cache_dir)
-    _whole("ann_min_rows", ann_min_rows, 0)
+    check_whole(ann_min_rows, "ann_min_rows")
     if vector_weight is not None and (
         isinstance(vector_weight, bool)
         or not isinstance(vector_weight, int | float)
@@ -169,7 +141,7 @@ def check_options(
             field="vector_weight",
         )
     _needs("marker", marker, ("mark",), "a Marker (an object with mark())")
-    _seconds("sweep_seconds", sweep_seconds, zero=True)  # 0: never
+    check_seconds(sweep_seconds, "sweep_seconds", zero=True)  # 0: never
     _path("user_dict", user_dict)
     if user_dict is not None and not Path(user_dict).is_file():
         raise InvalidInputError(

@@ -3,6 +3,7 @@ so the library, the HTTP service, the CLI and MCP refuse the same values the sam
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ __all__ = [
     "check_limit",
     "check_list",
     "check_note_id",
+    "check_seconds",
     "check_tenant",
     "check_turn_range",
     "check_whole",
@@ -104,13 +106,39 @@ def check_flag(value: Any, field: str) -> bool:
     return value
 
 
-def check_whole(value: Any, field: str, least: int = 0) -> int:
-    """A count: a whole number of at least ``least`` (never a bool, a float or a string)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+def check_whole(value: Any, field: str, least: int = 0, most: int | None = None) -> int:
+    """A count: a whole number of at least ``least`` (and at most ``most``), never a bool,
+    a float or a string."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < least
+        or (most is not None and value > most)
+    ):
+        span = f"in {least}..{most}" if most is not None else f">= {least}"
         raise InvalidInputError(
-            f"{field} must be a whole number >= {least}, got {value!r}", field=field
+            f"{field} must be a whole number {span}, got {value!r}", field=field
         )
     return value
+
+
+def check_seconds(value: Any, field: str, *, zero: bool = False, endless: bool = False) -> float:
+    """A span of time in seconds: a number above 0 (or 0 with ``zero``), finite unless
+    ``endless``; never NaN, a bool or a string."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or math.isnan(value)
+        or value < 0
+        or (value == 0 and not zero)
+        or (math.isinf(value) and not endless)
+    ):
+        least = ">= 0" if zero else "> 0"
+        kind = "a number" if endless else "a finite number"
+        raise InvalidInputError(
+            f"{field} must be {kind} of seconds {least}, got {value!r}", field=field
+        )
+    return float(value)
 
 
 def check_list(value: Any, field: str) -> list[Any]:

@@ -8,7 +8,6 @@ service (:mod:`convmem.retrieve`), story memory to :mod:`convmem.story`.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,7 @@ from convmem.ids import (
     check_flag,
     check_limit,
     check_list,
+    check_seconds,
     check_tenant,
     check_turn_range,
     check_whole,
@@ -259,14 +259,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             EmbeddingMismatchError: jobs are pending and this process can no longer run
                 them: the store was reindexed to another model since it was opened.
         """
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not timeout >= 0  # NaN too
-        ):
-            raise InvalidInputError(
-                f"timeout must be a number of seconds >= 0, got {timeout!r}", field="timeout"
-            )
+        check_seconds(timeout, "timeout", zero=True, endless=True)
         deadline = time.monotonic() + timeout
         while True:
             pending, failed = self._engine.store.backlog(self._tenant)
@@ -530,15 +523,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         and vectors stay). A chunk already expired or deleted is not brought back. Returns
         how many were extended."""
         ids = _ids(chunk_ids)
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, int | float)
-            or not 0 < seconds < math.inf
-        ):
-            raise InvalidInputError(
-                f"seconds must be a finite number > 0, got {seconds!r}", field="seconds"
-            )
-        until = self._engine.clock.now() + seconds
+        until = self._engine.clock.now() + check_seconds(seconds, "seconds")
         return self._engine.store.extend_caller_expiry(self._tenant, dict.fromkeys(ids, until))
 
     def update(self, chunk: ChunkRecord | Mapping[str, Any]) -> UpsertResult:

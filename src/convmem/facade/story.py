@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Self
 
-from pydantic import ValidationError
-
 from convmem.errors import InvalidInputError
 from convmem.facade.base import FacadeBase
-from convmem.ids import check_flag, check_list, check_whole
+from convmem.ids import check_flag, check_whole
 from convmem.story.memory import StoryMemory, check_entity, check_index, check_project
 from convmem.story.models import EntityStateSnapshot
 
@@ -36,25 +34,8 @@ class StoryMethods(FacadeBase):
             InvalidInputError: a row is no valid snapshot of this project (naming
                 ``rows[i].field``); nothing is stored.
         """
-        project_id = check_project(project_id)
-        checked: list[dict[str, Any]] = []
-        for index, row in enumerate(check_list(rows, "rows")):
-            if not isinstance(row, dict):
-                raise InvalidInputError(f"rows[{index}] must be a dict", field=f"rows[{index}]")
-            if row.get("project_id", project_id) != project_id:
-                raise InvalidInputError(
-                    f"rows[{index}].project_id is {row['project_id']!r}, not {project_id!r}",
-                    field=f"rows[{index}].project_id",
-                )
-            try:
-                snapshot = EntityStateSnapshot.model_validate({**row, "project_id": project_id})
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(part) for part in first["loc"])
-                raise InvalidInputError(
-                    f"rows[{index}].{where}: {first['msg']}", field=f"rows[{index}].{where}"
-                ) from None
-            checked.append(snapshot.model_dump())
+        snapshots = self.story(project_id).parse(EntityStateSnapshot, rows, "rows")
+        checked = [snapshot.model_dump() for snapshot in snapshots]
         return self._engine.store.put_entity_states(self._tenant, checked)
 
     def latest_entity_state(

@@ -56,7 +56,7 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path
 
 from convmem.errors import InvalidInputError
-from convmem.ids import MAX_CONVERSATION_ID
+from convmem.ids import MAX_CONVERSATION_ID, check_limit, check_whole
 from convmem.memory import Memory
 from convmem.models import ChunkRecord
 
@@ -209,12 +209,7 @@ def _path_matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool
 
 
 def _page(offset: int, limit: int) -> tuple[int, int]:
-    for name, value in (("offset", offset), ("limit", limit)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidInputError(
-                f"{name} must be a whole number >= 0, got {value!r}", field=name
-            )
-    return offset, limit
+    return check_limit(offset, "offset"), check_limit(limit, "limit")
 
 
 def _ttl(value: Any) -> float | None:
@@ -415,10 +410,8 @@ class ConvmemStore(BaseStore):
                 "(convmem keeps each user in its own tenant)",
                 field="prefix",
             )
-        if op.max_depth is not None and (isinstance(op.max_depth, bool) or op.max_depth < 1):
-            raise InvalidInputError(
-                f"max_depth must be a whole number >= 1, got {op.max_depth!r}", field="max_depth"
-            )
+        if op.max_depth is not None:
+            check_whole(op.max_depth, "max_depth", 1)
         user = users.pop()
         memory = self.memory.for_tenant(user)
         namespaces = {

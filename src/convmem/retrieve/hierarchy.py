@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from convmem.errors import InvalidInputError
 from convmem.governance import Note
+from convmem.ids import check_flag
 from convmem.models import Hit, check_query_text
 from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
 from convmem.retrieve.fusion import evidence_key, interleave
@@ -185,10 +186,7 @@ class HierarchicalMemoryService:
         tier, and the parts merged (:func:`merge_results`).
         """
         check_query_text(query)
-        if not isinstance(decompose, bool):
-            raise InvalidInputError(
-                f"decompose must be True or False, got {decompose!r}", field="decompose"
-            )
+        check_flag(decompose, "decompose")
         strategies, params = _strategies(hints)
         top_k = _int_param(params, "top_k", top_k, 1, 1000)
         parts = split_questions(query) if decompose and vector is None else [query]

@@ -34,6 +34,7 @@ import yaml
 
 from convmem.embed import EmbeddingService
 from convmem.errors import InvalidInputError
+from convmem.ids import check_whole
 from convmem.retrieve.hierarchy import HierarchicalMemoryService, merge_results
 from convmem.retrieve.preretrieval import PreRetrieval
 
@@ -70,7 +71,7 @@ class MemoryRetrieval:
                 f"memory_retrieval has unknown keys {unknown}; it reads {sorted(RETRIEVAL_KEYS)}",
                 field=f"memory_retrieval.{unknown[0]}",
             )
-        self.top_k = _top_k(config.get("top_k", 6), "memory_retrieval.top_k")
+        self.top_k = check_whole(config.get("top_k", 6), "memory_retrieval.top_k", 1, 1000)
         self.filters = _filters(config.get("filters"), "memory_retrieval.filters")
         # the dialogue tier's options, as Memory.search takes them
         self.options = {
@@ -80,7 +81,7 @@ class MemoryRetrieval:
     def execute(self, data: dict[str, Any]) -> dict[str, Any]:
         filters = dict(self.filters or {})
         filters.update(_filters(data.get("filters"), "filters") or {})
-        top_k = _top_k(data.get("top_k", self.top_k), "top_k")
+        top_k = check_whole(data.get("top_k", self.top_k), "top_k", 1, 1000)
         queries = _queries(data)
         vectors = _vectors(data, queries)
         results = [
@@ -101,14 +102,6 @@ class MemoryRetrieval:
 
 #: What ``memory_retrieval`` reads (``stm_turns`` is the service's, read by build_pipeline).
 RETRIEVAL_KEYS = frozenset({"top_k", "filters", "mode", "granularity", "min_score", "stm_turns"})
-
-
-def _top_k(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-        raise InvalidInputError(
-            f"{field} must be an integer in 1..1000, got {value!r}", field=field
-        )
-    return value
 
 
 def _filters(value: Any, field: str) -> Mapping[str, Any] | None:

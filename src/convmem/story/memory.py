@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import ValidationError
 
 from convmem.errors import EmbedderError, InvalidInputError
+from convmem.ids import check_list
 from convmem.models import ChunkMetadata, ChunkRecord, check_query_text, first_problem, text_problem
 from convmem.retrieve import Searcher, SearchRequest
 from convmem.store.filters import MAX_LIST
@@ -168,7 +169,7 @@ class StoryMemory:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def _parse(self, model: type[_Item], items: Sequence[Any], name: str) -> list[_Item]:
+    def parse(self, model: type[_Item], items: Sequence[Any], name: str) -> list[_Item]:
         """Validate items of this project, reporting every problem as ``name[i].field``.
 
         Raises:
@@ -176,7 +177,15 @@ class StoryMemory:
         """
         parsed: list[_Item] = []
         problems: list[dict[str, Any]] = []
-        for index, raw in enumerate(items):
+        for index, raw in enumerate(check_list(items, name)):
+            if not isinstance(raw, model | Mapping):
+                problems.append(
+                    {
+                        "field": f"{name}[{index}]",
+                        "message": f"is {type(raw).__name__}, not an object",
+                    }
+                )
+                continue
             # what SQLite would keep and PostgreSQL refuse, in the words of every entry point
             sent = raw.model_dump(mode="json") if isinstance(raw, model) else raw
             problem = first_problem(sent, f"{name}[{index}]")
@@ -187,7 +196,7 @@ class StoryMemory:
                 item = (
                     raw
                     if isinstance(raw, model)
-                    else model.model_validate({"project_id": self.project_id, **raw})
+                    else model.model_validate({"project_id": self.project_id, **dict(sent)})
                 )
             except ValidationError as exc:
                 for err in exc.errors():
@@ -222,7 +231,7 @@ class StoryMemory:
         Raises:
             InvalidInputError: a chunk is invalid or names another project; nothing stored.
         """
-        parsed = self._parse(StoryMemoryChunk, chunks, "chunks")
+        parsed = self.parse(StoryMemoryChunk, chunks, "chunks")
         records = []
         for chunk in parsed:
             chunk_id = chunk.chunk_id or story_chunk_id(chunk)
@@ -252,7 +261,7 @@ class StoryMemory:
         """Store entity state snapshots of this project (same entity, point, version overwrite)."""
         rows = [
             snapshot.model_dump()
-            for snapshot in self._parse(EntityStateSnapshot, snapshots, "states")
+            for snapshot in self.parse(EntityStateSnapshot, snapshots, "states")
         ]
         return self._memory.put_entity_states(self.project_id, rows)
 
