@@ -232,6 +232,9 @@ def test_a_turn_hit_carries_its_own_category_and_importance(governed: Memory) ->
     assert everything["我喜欢靠窗的座位"] == ("preference", 0.7)
     assert everything["我对花生过敏"] == ("rule", 0.8)
     assert set(found(category="rule")) == {"我对花生过敏"}
+    # the preference's chunk is a rule's (its most important turn), and still holds it
+    assert set(found(category="preference")) == {"我喜欢靠窗的座位"}
+    assert set(found(category={"$in": ["preference", "x"]})) == {"我喜欢靠窗的座位"}
     assert "我对花生过敏" not in found(category={"$ne": "rule"})
     assert "我喜欢靠窗的座位" in found(category={"$ne": "rule"})
     assert set(found(importance={"$gte": 0.7})) == {"我对花生过敏", "我喜欢靠窗的座位"}

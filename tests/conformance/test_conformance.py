@@ -37,6 +37,7 @@ from convmem.governance import KeepAllMarker
 from convmem.ingest import known_tokens, line_clauses, line_tokens, turn_lines
 from convmem.models import ChunkMetadata, Hit
 from convmem.store import Backend, Store, matches, matrix_rows, parse_filters
+from convmem.store.filters import HOLDS, Condition, FilterSpec
 from convmem.store.schema import SCHEMA_VERSION
 from convmem.text import tokenize
 from helpers import make_turns
@@ -241,6 +242,45 @@ def test_every_filter_operator(backend_url: str, filters: dict[str, Any]) -> Non
         assert admitted(memory, filters) == want
         hits = memory.search("harbor", top_k=20, filters=filters, mode="vector", min_score=0)
         assert {hit.chunk_id for hit in hits} == want
+
+
+def test_a_chunk_holds_a_category_by_its_column_or_any_listed_turn(backend_url: str) -> None:
+    """A turn-level search reads chunks under HOLDS for a category filter: a rule's chunk
+    (its column) that lists a preference among its turns holds a preference; the list
+    counts only when it is one, and only its strings; a chunk cut before the list existed
+    holds its column's category alone. The backend's SQL agrees with ``matches``."""
+    records = [
+        chunk(
+            "r",
+            "rule with a preference",
+            category="rule",
+            turn_categories=["fact", "preference", "rule"],
+        ),
+        chunk("p", "a preference alone", category="preference"),
+        chunk("o", "an old rule chunk", category="rule"),
+        chunk("s", "a string, no list", category="rule", turn_categories="preference"),
+        chunk("n", "nulls and numbers", category=None, turn_categories=[None, 7, "profile"]),
+    ]
+    cases = {
+        ("preference",): {"r", "p"},
+        ("rule",): {"r", "o", "s"},
+        ("profile", "x"): {"n"},
+        ("7",): set(),
+        ("x",): set(),
+    }
+    with opened(backend_url) as memory:
+        assert memory.upsert_chunks(records).errors == []
+        rows = rows_of(memory)
+        for values, want in cases.items():
+            spec = FilterSpec((Condition("category", HOLDS, values),))
+            reference = {
+                r["chunk_id"]
+                for r in records
+                if matches(ChunkMetadata.model_validate(r["metadata"]).model_dump(), spec)
+            }
+            assert reference == want, values
+            found = memory.store.admit(memory.tenant, spec, list(rows))
+            assert {rows[rowid] for rowid in found} == want, values
 
 
 def test_ordering_and_ties(backend_url: str) -> None:

@@ -71,7 +71,7 @@ from convmem.retrieve.unknowns import (
 from convmem.retrieve.unknowns import names as question_names
 from convmem.store import SQLStore, matrix_rows, parse_filters
 from convmem.store.ann import ANN_MIN_ROWS, AnnIndex
-from convmem.store.filters import FilterSpec
+from convmem.store.filters import HOLDS, Condition, FilterSpec
 from convmem.text import (
     DIALOGUE_LINES,
     asked_part,
@@ -713,14 +713,17 @@ def _own_conditions(spec: FilterSpec) -> tuple[FilterSpec, FilterSpec | None]:
     turn meets it by its own value, and the chunks are read under what a chunk holding
     such a turn must meet. A flag's ``true`` (its column says whether any turn is), not its
     ``false`` (a chunk with one pinned turn holds unpinned ones too); an importance floor
-    (the column is the chunk's highest), not a ceiling; a category's ``$eq`` or ``$in``
-    (the column is its most important turn's, so a rule's chunk may hold a preference
-    that is then not found), not ``$ne`` (a rule's chunk holds other turns too)."""
+    (the column is the chunk's highest), not a ceiling; a category's ``$eq`` or ``$in`` as
+    the chunk *holding* a turn of it (the column is only its most important turn's, so a
+    rule's chunk may hold the preference asked for: :data:`~convmem.store.filters.HOLDS`),
+    not ``$ne`` (a rule's chunk holds other turns too)."""
     own = tuple(c for c in spec.conditions if c.field in OWN_FIELDS)
     if not own:
         return spec, None
     kept = tuple(
-        c
+        Condition(c.field, HOLDS, (c.value,) if c.op == "$eq" else c.value)
+        if c.field == "category"
+        else c
         for c in spec.conditions
         if not (
             (c.field in OWN_FLAGS and c.value is not True)

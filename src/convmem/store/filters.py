@@ -69,6 +69,12 @@ ALL_FIELDS = sorted(
 )
 COMPARE_OPS = {"$gte": ">=", "$gt": ">", "$lte": "<=", "$lt": "<", "$eq": "="}
 MAX_LIST = 1000
+#: An internal operator no caller can write (:func:`parse_filters` never produces it): a
+#: chunk *holds* a turn of one of the categories, by its column (its most important
+#: turn's, and every turn's in a chunk cut before the list existed) or by the
+#: ``turn_categories`` list the worker writes. A turn-level search reads chunks under it
+#: and then checks each turn's own category.
+HOLDS = "$holds"
 
 
 @dataclass(frozen=True)
@@ -290,7 +296,12 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
     params: list[Any] = []
     for cond in spec.conditions:
         field, op, value = cond.field, cond.op, cond.value
-        if field in STRING_FIELDS or field in INT_FIELDS:
+        if op == HOLDS:
+            clause, values = _contains("turn_categories", "$contains_any", value, dialect)
+            marks = ",".join("?" * len(value))
+            clauses.append(f"(c.category IN ({marks}) OR {clause})")
+            params.extend([*value, *values])
+        elif field in STRING_FIELDS or field in INT_FIELDS:
             column = STRING_FIELDS.get(field) or INT_FIELDS[field]
             if op == "$eq":
                 clauses.append(f"{column} = ?")
@@ -337,8 +348,8 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
 
 def _contains(field: str, op: str, value: Any, dialect: str) -> tuple[str, list[Any]]:
     """An array field holds any (``$contains_any``) or all of the strings in ``value``.
-    A metadata list (``tags``) counts only when it is a JSON array, as :func:`matches`
-    reads it (its strings): PostgreSQL's ``?|`` would match a lone string, SQLite's
+    A metadata list (``tags``, ``turn_categories``) counts only when it is a JSON array, as
+    :func:`matches` reads it (its strings): PostgreSQL's ``?|`` would match a lone string, SQLite's
     ``json_each`` an object's values or a nested list's text."""
     if dialect == "postgres":
         test = "jsonb_exists_any" if op == "$contains_any" else "jsonb_exists_all"
@@ -353,7 +364,7 @@ def _contains(field: str, op: str, value: Any, dialect: str) -> tuple[str, list[
     member = f"EXISTS (SELECT 1 FROM json_each({source}) j WHERE j.type = 'text' AND j.value = ?)"
     joiner = " OR " if op == "$contains_any" else " AND "
     clause = "(" + joiner.join([member] * len(value)) + ")"
-    if field in METADATA_LISTS:
+    if field not in ARRAY_FIELDS:
         clause = f"(json_type(c.metadata, '$.{field}') = 'array' AND {clause})"
     return clause, list(value)
 
@@ -400,11 +411,12 @@ def matches(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
     """
     for cond in spec.conditions:
         field, op, value = cond.field, cond.op, cond.value
-        if field in ARRAY_FIELDS or field in METADATA_LISTS:
-            listed = metadata.get(field)
-            members = (
-                {v for v in listed if isinstance(v, str)} if isinstance(listed, list) else set()
+        if op == HOLDS:
+            ok = metadata.get(field) in value or bool(
+                _members(metadata, "turn_categories") & set(value)
             )
+        elif field in ARRAY_FIELDS or field in METADATA_LISTS:
+            members = _members(metadata, field)
             ok = (
                 any(v in members for v in value)
                 if op == "$contains_any"
@@ -450,6 +462,12 @@ def matches(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
         if not ok:
             return False
     return True
+
+
+def _members(metadata: Mapping[str, Any], field: str) -> set[str]:
+    """The strings of a list field (none when it is no list)."""
+    listed = metadata.get(field)
+    return {v for v in listed if isinstance(v, str)} if isinstance(listed, list) else set()
 
 
 def dumps_list(values: list[str]) -> str:
