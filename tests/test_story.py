@@ -107,6 +107,48 @@ def test_the_three_tools(novel: Memory) -> None:
     ] == ["沈舟"]
 
 
+def test_story_order_holds_at_the_largest_scene_indices(tmp_path: Path) -> None:
+    """A story chunk's position is chapter * 100000 + scene: chapter 1's scene 150000 sat
+    where chapter 2's scenes do, so a search before (2, 0) missed it and one before
+    (2, 50001) found it, and the scene context's timeline dropped an entity state of it.
+    A chunk's scene stops at 99999; an entity state's keeps its own columns."""
+    with Memory.open(str(tmp_path / "s.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        story = memory.story("p")
+        with pytest.raises(InvalidInputError) as refused:
+            story.add_memory_chunks(
+                [{"project_id": "p", "chapter_index": 1, "scene_index": 100_000, "content": "x"}]
+            )
+        assert refused.value.field == "chunks[0].scene_index"
+        story.add_memory_chunks(
+            [
+                {
+                    "project_id": "p",
+                    "chapter_index": c,
+                    "scene_index": s,
+                    "content": f"铜钥匙 {c} {s}",
+                }
+                for c, s in [(1, 99_999), (2, 10), (2, 60_000)]
+            ]
+        )
+
+        def before(point: tuple[int, int]) -> set[tuple[int, int]]:
+            return {(c.chapter_index, c.scene_index) for c in story.search("铜钥匙", before=point)}
+
+        assert before((2, 0)) == {(1, 99_999)}
+        assert before((2, 50_001)) == {(1, 99_999), (2, 10)}
+        assert before((1, 1_000_000)) == {(1, 99_999)}  # the whole chapter, not the next one
+        story.add_entity_state(
+            {"entity_id": "林晚", "chapter_index": 1, "scene_index": 150_000, "state": {"at": 1}},
+            {"entity_id": "林晚", "chapter_index": 2, "scene_index": 5, "state": {"at": 2}},
+        )
+        plan = {"chapter_index": 2, "scene_index": 1, "characters": ["林晚"]}
+        cast = {"characters": [{"name": "林晚"}]}
+        context = build_scene_memory_context(plan, cast, "p", 2, 1, memory=memory)
+        assert context.timeline_context is not None
+        events = context.timeline_context["events"]
+        assert [(e["chapter_index"], e["scene_index"]) for e in events] == [(1, 150_000)]
+
+
 def test_a_filter_finds_every_match_however_far_down_it_ranks(tmp_path: Path) -> None:
     """Tags were checked on the best 5 × top_k hits: a tagged chunk that ranked lower was
     never found. Every filter (tags, entities, content types) is now the store's, and a

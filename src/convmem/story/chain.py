@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from convmem.errors import EmbedderError
-from convmem.story.memory import StoryHost, StoryMemory, story_position
+from convmem.story.memory import StoryHost, StoryMemory
 from convmem.story.models import (
     CharactersConfig,
     EntityStateSnapshot,
@@ -135,7 +135,6 @@ def _timeline(
     """The state changes of the last ``window`` chapters before the scene (None on failure)."""
     chapter_index = point[0]
     try:
-        position = story_position(*point)
         wanted = set(needs.entities)
         events = [
             {
@@ -146,7 +145,7 @@ def _timeline(
                 "state": snap.state,
             }
             for snap in story.timeline(chapter_index, window)
-            if story_position(snap.chapter_index, snap.scene_index) < position
+            if (snap.chapter_index, snap.scene_index) < point
             and (not wanted or snap.entity_id in wanted)
         ]
     except Exception as exc:

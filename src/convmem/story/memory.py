@@ -22,7 +22,7 @@ from convmem.ids import check_list
 from convmem.models import ChunkMetadata, ChunkRecord, check_query_text, first_problem, text_problem
 from convmem.retrieve import Searcher, SearchRequest
 from convmem.store.filters import MAX_LIST
-from convmem.story.models import EntityStateSnapshot, StoryMemoryChunk
+from convmem.story.models import MAX_CHAPTER, EntityStateSnapshot, StoryMemoryChunk
 
 __all__ = [
     "POSITION_SCALE",
@@ -81,8 +81,8 @@ def story_position(chapter_index: int, scene_index: int) -> int:
     return chapter_index * POSITION_SCALE + scene_index
 
 
-#: The largest chapter or scene index (as the story models accept).
-MAX_INDEX = 1_000_000
+#: The largest chapter or scene index to read at (as the story models accept).
+MAX_INDEX = MAX_CHAPTER
 
 
 def check_index(value: Any, field: str) -> int:
@@ -300,9 +300,11 @@ class StoryMemory:
                 raise InvalidInputError(
                     f"before must be (chapter_index, scene_index), got {before!r}", field="before"
                 )
+            # a chunk's scene is at most MAX_SCENE: a later scene of the chapter comes
+            # after every chunk of it, and must not reach into the next chapter's
             position = story_position(
                 check_index(before[0], "before.chapter_index"),
-                check_index(before[1], "before.scene_index"),
+                min(check_index(before[1], "before.scene_index"), POSITION_SCALE),
             )
             if position == 0:
                 return []

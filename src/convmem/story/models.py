@@ -19,8 +19,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+#: The largest chapter index, and scene index of an entity state.
+MAX_CHAPTER = 1_000_000
+#: The largest scene index of a story chunk: a chunk's story position is
+#: ``chapter * 100000 + scene`` (its ``turn_range`` in the story space), so scene 100000 of
+#: chapter 1 would sit where scene 0 of chapter 2 does.
+MAX_SCENE = 99_999
+
 __all__ = [
     "CONTENT_TYPES",
+    "MAX_CHAPTER",
+    "MAX_SCENE",
     "CharacterProfile",
     "CharactersConfig",
     "EntityStateSnapshot",
@@ -140,8 +149,8 @@ class EntityStateSnapshot(BaseModel):
     project_id: str = Field(min_length=1, max_length=200)
     entity_id: str = Field(min_length=1, max_length=200)
     entity_type: str = Field(default="character", max_length=50)
-    chapter_index: int = Field(ge=0, le=1_000_000)
-    scene_index: int = Field(ge=0, le=1_000_000)
+    chapter_index: int = Field(ge=0, le=MAX_CHAPTER)
+    scene_index: int = Field(ge=0, le=MAX_CHAPTER)
     version: int = Field(default=1, ge=1)
     state: dict[str, Any] = Field(default_factory=dict)
 
@@ -169,8 +178,8 @@ class StoryMemoryChunk(BaseModel):
 
     chunk_id: str | None = Field(default=None, max_length=200)
     project_id: str = Field(min_length=1, max_length=200)
-    chapter_index: int = Field(ge=0, le=1_000_000)
-    scene_index: int = Field(ge=0, le=1_000_000)
+    chapter_index: int = Field(ge=0, le=MAX_CHAPTER)
+    scene_index: int = Field(ge=0, le=MAX_SCENE)
     content_type: str = Field(default="scene", max_length=50)
     content: str = Field(min_length=1, max_length=32000)
     entities: list[str] = Field(default_factory=list, max_length=100)
