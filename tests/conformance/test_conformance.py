@@ -260,13 +260,24 @@ def test_a_chunk_holds_a_category_by_its_column_or_any_listed_turn(backend_url: 
         chunk("o", "an old rule chunk", category="rule"),
         chunk("s", "a string, no list", category="rule", turn_categories="preference"),
         chunk("n", "nulls and numbers", category=None, turn_categories=[None, 7, "profile"]),
+        # the metadata says "preference" elsewhere (a tag): the text test lets it through
+        # to the JSON test, which refuses it
+        chunk(
+            "t", "a tag, not a turn", category="rule", turn_categories=["fact"], tags=["preference"]
+        ),
+        # values JSON escapes skip the text test; a non-ASCII one is written as it is
+        chunk("q", "escaped values", category="rule", turn_categories=['a"b', "c\\d", "偏好"]),
     ]
     cases = {
         ("preference",): {"r", "p"},
-        ("rule",): {"r", "o", "s"},
+        ("rule",): {"r", "o", "s", "t", "q"},
         ("profile", "x"): {"n"},
         ("7",): set(),
         ("x",): set(),
+        ('a"b',): {"q"},
+        ("c\\d", "x"): {"q"},
+        ("偏好",): {"q"},
+        ("fact",): {"r", "t"},
     }
     with opened(backend_url) as memory:
         assert memory.upsert_chunks(records).errors == []

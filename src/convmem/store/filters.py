@@ -299,8 +299,9 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
         if op == HOLDS:
             clause, values = _contains("turn_categories", "$contains_any", value, dialect)
             marks = ",".join("?" * len(value))
-            clauses.append(f"(c.category IN ({marks}) OR {clause})")
-            params.extend([*value, *values])
+            said, quoted = _says_any(value, dialect)
+            clauses.append(f"(c.category IN ({marks}) OR ({said} AND {clause}))")
+            params.extend([*value, *quoted, *values])
         elif field in STRING_FIELDS or field in INT_FIELDS:
             column = STRING_FIELDS.get(field) or INT_FIELDS[field]
             if op == "$eq":
@@ -367,6 +368,22 @@ def _contains(field: str, op: str, value: Any, dialect: str) -> tuple[str, list[
     if field not in ARRAY_FIELDS:
         clause = f"(json_type(c.metadata, '$.{field}') = 'array' AND {clause})"
     return clause, list(value)
+
+
+def _says_any(values: tuple[str, ...], dialect: str) -> tuple[str, list[str]]:
+    """Whether a chunk's metadata text may list one of ``values``: it holds one as a JSON
+    string (``"preference"``), every writer encoding a string without quotes, backslashes
+    or control characters so. A cheap test before the JSON is parsed (parsing every
+    chunk's metadata made a tenant-wide filtered search half again as slow); a value that
+    would be escaped skips it."""
+    if any(_escaped(value) for value in values):
+        return "1=1", []
+    test = "strpos(c.metadata, ?) > 0" if dialect == "postgres" else "instr(c.metadata, ?) > 0"
+    return "(" + " OR ".join([test] * len(values)) + ")", [f'"{value}"' for value in values]
+
+
+def _escaped(value: str) -> bool:
+    return any(ch in '"\\' or ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in value)
 
 
 def _holds_turn_in(low: Any, high: Any, dialect: str) -> tuple[str, list[Any]]:
