@@ -179,7 +179,11 @@ class StoryMemoryChunk(BaseModel):
     chunk_id: str | None = Field(default=None, max_length=200)
     project_id: str = Field(min_length=1, max_length=200)
     chapter_index: int = Field(ge=0, le=MAX_CHAPTER)
-    scene_index: int = Field(ge=0, le=MAX_SCENE)
+    scene_index: int = Field(
+        ge=0,
+        le=MAX_SCENE,
+        description="0..99999: a chunk's story position is chapter_index * 100000 + scene_index",
+    )
     content_type: str = Field(default="scene", max_length=50)
     content: str = Field(min_length=1, max_length=32000)
     entities: list[str] = Field(default_factory=list, max_length=100)
