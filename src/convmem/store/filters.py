@@ -349,9 +349,9 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
 
 def _contains(field: str, op: str, value: Any, dialect: str) -> tuple[str, list[Any]]:
     """An array field holds any (``$contains_any``) or all of the strings in ``value``.
-    A metadata list (``tags``, ``turn_categories``) counts only when it is a JSON array, as
-    :func:`matches` reads it (its strings): PostgreSQL's ``?|`` would match a lone string, SQLite's
-    ``json_each`` an object's values or a nested list's text."""
+    A metadata list (``tags``, ``turn_categories``) counts only when it is a JSON array,
+    as :func:`matches` reads it (its strings): PostgreSQL's ``?|`` would match a lone
+    string, SQLite's ``json_each`` an object's values or a nested list's text."""
     if dialect == "postgres":
         test = "jsonb_exists_any" if op == "$contains_any" else "jsonb_exists_all"
         if field in ARRAY_FIELDS:
