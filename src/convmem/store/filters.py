@@ -300,7 +300,8 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
             clause, values = _contains("turn_categories", "$contains_any", value, dialect)
             marks = ",".join("?" * len(value))
             said, quoted = _says_any(value, dialect)
-            clauses.append(f"(c.category IN ({marks}) OR ({said} AND {clause}))")
+            column = STRING_FIELDS[field]
+            clauses.append(f"({column} IN ({marks}) OR ({said} AND {clause}))")
             params.extend([*value, *quoted, *values])
         elif field in STRING_FIELDS or field in INT_FIELDS:
             column = STRING_FIELDS.get(field) or INT_FIELDS[field]

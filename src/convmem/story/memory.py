@@ -22,7 +22,7 @@ from convmem.ids import check_list
 from convmem.models import ChunkMetadata, ChunkRecord, check_query_text, first_problem, text_problem
 from convmem.retrieve import Searcher, SearchRequest
 from convmem.store.filters import MAX_LIST
-from convmem.story.models import MAX_CHAPTER, EntityStateSnapshot, StoryMemoryChunk
+from convmem.story.models import MAX_CHAPTER, POSITION_SCALE, EntityStateSnapshot, StoryMemoryChunk
 
 __all__ = [
     "POSITION_SCALE",
@@ -37,7 +37,6 @@ __all__ = [
     "story_position",
 ]
 
-POSITION_SCALE = 100_000
 _Item = TypeVar("_Item", StoryMemoryChunk, EntityStateSnapshot)
 
 
@@ -81,16 +80,12 @@ def story_position(chapter_index: int, scene_index: int) -> int:
     return chapter_index * POSITION_SCALE + scene_index
 
 
-#: The largest chapter or scene index to read at (as the story models accept).
-MAX_INDEX = MAX_CHAPTER
-
-
 def check_index(value: Any, field: str) -> int:
-    """A chapter or scene index to read at: an integer in 0..:data:`MAX_INDEX` (a store
+    """A chapter or scene index to read at: an integer in 0..:data:`MAX_CHAPTER` (a store
     compared anything else its own way, or failed on it)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INDEX:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CHAPTER:
         raise InvalidInputError(
-            f"{field} must be an integer in 0..{MAX_INDEX}, got {value!r}", field=field
+            f"{field} must be an integer in 0..{MAX_CHAPTER}, got {value!r}", field=field
         )
     return value
 

@@ -21,15 +21,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: The largest chapter index, and scene index of an entity state.
 MAX_CHAPTER = 1_000_000
-#: The largest scene index of a story chunk: a chunk's story position is
-#: ``chapter * 100000 + scene`` (its ``turn_range`` in the story space), so scene 100000 of
-#: chapter 1 would sit where scene 0 of chapter 2 does.
-MAX_SCENE = 99_999
+#: A story chunk's position is ``chapter * POSITION_SCALE + scene`` (its ``turn_range`` in
+#: the story space), so its scene index stays below the scale: scene 100000 of chapter 1
+#: would sit where scene 0 of chapter 2 does.
+POSITION_SCALE = 100_000
+MAX_SCENE = POSITION_SCALE - 1
 
 __all__ = [
     "CONTENT_TYPES",
     "MAX_CHAPTER",
     "MAX_SCENE",
+    "POSITION_SCALE",
     "CharacterProfile",
     "CharactersConfig",
     "EntityStateSnapshot",
@@ -182,7 +184,8 @@ class StoryMemoryChunk(BaseModel):
     scene_index: int = Field(
         ge=0,
         le=MAX_SCENE,
-        description="0..99999: a chunk's story position is chapter_index * 100000 + scene_index",
+        description=f"0..{MAX_SCENE}: a chunk's story position is "
+        f"chapter_index * {POSITION_SCALE} + scene_index",
     )
     content_type: str = Field(default="scene", max_length=50)
     content: str = Field(min_length=1, max_length=32000)
