@@ -385,6 +385,121 @@ def test_delete_cascades_to_notes_and_pins(governed: Memory) -> None:
     assert conn.execute("SELECT count(*) FROM marks WHERE seq IN (6, 8)").fetchone()[0] == 0
 
 
+def test_deleting_some_of_a_pins_targets_keeps_the_pin_its_verdict_and_its_note(
+    governed: Memory,
+) -> None:
+    texts = [
+        "我下个月要搬家到杭州西湖区。",
+        "我的新地址是文三路88号。",
+        "邮编是310000。",
+        "记住这个",
+    ]
+    governed.add_turns("c", _timed(texts, ["user"] * 4, [0, 1, 2, 3]))
+    governed.flush()
+    (note,) = governed.notes("c", status="pending")
+    assert note.source_turn_ids == [0, 1, 2]
+    governed.update_note(note.note_id, confirm=True, evidence_level="S3_user_confirmed")
+    governed.flush()
+    governed.delete("c", turn_range=(2, 2))
+    # hidden at once: its text still says the deleted turn until the worker rewrites it
+    assert governed.notes("c") == []
+    governed.flush()
+    (pin,) = governed.pins("c")
+    assert pin.status == "confirmed" and pin.target_turn_ids == [0, 1]
+    kept = governed.note(note.note_id)
+    assert kept.status == "confirmed" and kept.evidence_level == "S3_user_confirmed"
+    assert kept.source_turn_ids == [0, 1]
+    assert "310000" not in kept.text and "文三路88号" in kept.text
+    assert not _mark(governed, "c", 1).requires_confirmation
+    hits = governed.search("新地址 文三路", top_k=3, filters={"conversation_id": "c"})
+    assert hits and not any(hit.pending for hit in hits)
+    assert not any("310000" in hit.text for hit in governed.search("邮编", top_k=5, min_score=0))
+    # a pin whose every target is deleted loses its verdict: the save request, alone
+    # now, asks again (as one sent with nothing before it does)
+    governed.delete("c", turn_range=(0, 1))
+    governed.flush()
+    (pin,) = governed.pins("c")
+    assert pin.status == "pending" and pin.target_turn_ids == [3]
+    assert not any("文三路" in n.text or "西湖区" in n.text for n in governed.notes("c"))
+
+
+def test_an_expired_turn_leaves_every_turn_read_before_any_sweep(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with Memory.open(
+        str(tmp_path / "g.db"), embedder=HashingEmbedder(), workers=0, clock=clock
+    ) as governed:
+        governed.add_turns("c", make_turns(["我这两天感冒了，嗓子疼得厉害。", "多喝热水。"]))
+        governed.flush()
+        cold = _mark(governed, "c", 0)
+        assert cold.keep and cold.ttl_seconds == 3 * 86400  # fact(transient)
+        assert [t.seq for t in governed.recent_turns("c", kept_only=True)] == [0]
+        deep = {"strategies": ["deep_search", "temporal_search"]}
+        scoped = {"conversation_id": "c"}
+        assert any(
+            hit.tier == "STM" for hit in governed.search("感冒 嗓子疼", hints=deep, filters=scoped)
+        )
+        clock.advance(3 * 86400 + 1)  # no sweep has run
+        assert governed.recent_turns("c", kept_only=True) == []
+        assert [t.seq for t in governed.recent_turns("c")] == [1]
+        hits = governed.search("感冒 嗓子疼", hints=deep, filters=scoped, min_score=0)
+        assert not any("感冒" in hit.text for hit in hits)
+
+
+def test_every_tier_of_a_hinted_search_meets_the_filters(governed: Memory) -> None:
+    governed.add_turns(
+        "c",
+        make_turns(
+            ["我喜欢喝美式咖啡。", "好的。", "我对花生过敏。", "好的记住了。", "我女儿叫小米。"]
+        ),
+    )
+    governed.flush()
+    categories = {m.seq: m.mark.category for m in governed.marks("c")}
+    assert categories[0] == "preference" and categories[2] == "rule"
+    question = "咖啡 花生 过敏 小米"
+    every = {"strategies": ["deep_search", "persona_search", "temporal_search"]}
+    unfiltered = governed.search(
+        question, hints=every, filters={"conversation_id": "c"}, top_k=20, min_score=0
+    )
+    assert "LTM" in {hit.tier for hit in unfiltered}
+    assert {2, 4} <= {hit.metadata["turn_range"][0] for hit in unfiltered if hit.tier != "LTM"}
+    assert {hit.metadata.get("category") for hit in unfiltered} >= {"preference", "rule"}
+    filters = {"conversation_id": "c", "category": "preference", "turn_range": [0, 1]}
+    hits = governed.search(question, hints=every, filters=filters, top_k=20, min_score=0)
+    assert hits and all(hit.metadata["category"] == "preference" for hit in hits)
+    assert all(hit.metadata["turn_range"] == [0, 0] for hit in hits)  # notes name no turn range
+    # a field a note cannot tell (its turns' places) leaves notes out; one it can, not
+    rules = governed.search(
+        question, hints=every, filters={"conversation_id": "c", "category": "rule"}, min_score=0
+    )
+    assert "LTM" in {hit.tier for hit in rules}
+    assert {hit.metadata["category"] for hit in rules} == {"rule"}
+    high = {"conversation_id": "c", "importance": {"$gte": 0.99}}
+    assert governed.search(question, filters=high, min_score=0) == []
+    assert governed.search(question, hints=every, filters=high, min_score=0) == []
+    users = governed.search(
+        question, hints=every, filters={"conversation_id": "c", "speakers": "assistant"}
+    )
+    assert not any(hit.tier == "STM" for hit in users)  # no assistant line says these words
+
+
+def test_a_short_term_hit_is_pending_when_its_turn_awaits_confirmation(governed: Memory) -> None:
+    texts = ["我下个月要搬家到杭州西湖区。", "我的新地址是文三路88号。", "记住这个"]
+    governed.add_turns("c", _timed(texts, ["user"] * 3, [0, 1, 2]))
+    governed.flush()
+    assert _mark(governed, "c", 1).requires_confirmation
+    hints = {"strategies": ["temporal_search"]}
+    hits = governed.search("新地址 文三路", hints=hints, filters={"conversation_id": "c"})
+    stm = [hit for hit in hits if hit.tier == "STM"]
+    assert stm and all(hit.pending for hit in stm if hit.metadata["turn_range"][0] < 2)
+    assert any(hit.metadata["turn_range"] == [1, 1] and hit.pending for hit in hits)
+    pending = governed.search(
+        "新地址 文三路",
+        hints=hints,
+        filters={"conversation_id": "c", "requires_confirmation": False},
+    )
+    assert not any(hit.metadata["turn_range"][0] in (0, 1) for hit in pending)
+
+
 class _ChatHandler(BaseHTTPRequestHandler):
     replies: ClassVar[list[str]] = []
     prompts: ClassVar[list[dict[str, Any]]] = []

@@ -11,6 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -21,7 +22,7 @@ from convmem.embed import Embedder, EmbeddingService
 from convmem.engine import check_options, open_engine
 from convmem.errors import EmbeddingMismatchError, FlushTimeoutError, InvalidInputError, StoreError
 from convmem.facade import GovernanceMethods, OperationsMethods, StoryMethods
-from convmem.governance import GovernancePolicy, Marker
+from convmem.governance import GovernancePolicy, Marker, Note, TurnMark
 from convmem.ids import (
     DeleteResult,
     UpsertResult,
@@ -376,7 +377,10 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         """The hierarchical service (seed 004) over this tenant's tiers; ``stm_turns``: the
         newest turns its short-term tier reads."""
         return HierarchicalMemoryService(
-            self._engine.searcher, self, self._tenant, stm_turns=check_limit(stm_turns, "stm_turns")
+            self._engine.searcher,
+            _Tiers(self),
+            self._tenant,
+            stm_turns=check_limit(stm_turns, "stm_turns"),
         )
 
     def retrieve(
@@ -424,6 +428,12 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         short-term tier) also leaves out turns the marker dropped; without it the event
         log shows them, for audit.
         """
+        return [turn for turn, _ in self._recent(conversation_id, limit, kept_only)]
+
+    def _recent(
+        self, conversation_id: str, limit: int, kept_only: bool
+    ) -> list[tuple[StoredTurn, TurnMark | None]]:
+        """:meth:`recent_turns`, each with its effective mark (None: not marked yet)."""
         conversation_id = check_conversation_id(conversation_id)
         limit = check_limit(limit)
         check_flag(kept_only, "kept_only")
@@ -432,14 +442,21 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         if not turns:
             return []
         marks = store.load_marks(self._tenant, conversation_id, turns[-1].seq)
+        now = store.now()
 
         def visible(seq: int) -> bool:
             mark = marks.get(seq)
             if mark is None:  # not marked yet
                 return True
-            return not mark.expired and (not kept_only or (mark.effective or mark.base).keep)
+            if mark.expired or (mark.expires_at is not None and mark.expires_at <= now):
+                return False  # at read time, as search does: a sweep may not have run yet
+            return not kept_only or (mark.effective or mark.base).keep
 
-        return [turn for turn in reversed(turns) if visible(turn.seq)]
+        def effective(seq: int) -> TurnMark | None:
+            mark = marks.get(seq)
+            return None if mark is None else mark.effective or mark.base
+
+        return [(turn, effective(turn.seq)) for turn in reversed(turns) if visible(turn.seq)]
 
     # -- update and delete -------------------------------------------------------------
 
@@ -663,3 +680,36 @@ def _ids(chunk_ids: Any) -> list[str]:
         if problem is not None:
             raise InvalidInputError(f"chunk_ids[{index}] {problem}", field="chunk_ids")
     return list(chunk_ids)
+
+
+@dataclass(frozen=True)
+class _MarkedTurn:
+    """A recent turn as the short-term tier reads it: with its effective mark."""
+
+    seq: int
+    role: str
+    name: str | None
+    text: str
+    timestamp: datetime
+    mark: TurnMark | None
+
+
+class _Tiers:
+    """What the hierarchical service reads besides chunks (its ``TierSource``), through
+    one tenant's facade: recent turns with their marks, and notes."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._memory = memory
+
+    def recent_turns(
+        self, conversation_id: str, limit: int = 20, *, kept_only: bool = False
+    ) -> list[_MarkedTurn]:
+        return [
+            _MarkedTurn(turn.seq, turn.role, turn.name, turn.text, turn.timestamp, mark)
+            for turn, mark in self._memory._recent(conversation_id, limit, kept_only)
+        ]
+
+    def notes(
+        self, conversation_id: str | None = None, status: str | None = None, *, limit: int = 1000
+    ) -> list[Note]:
+        return self._memory.notes(conversation_id, status, limit=limit)

@@ -9,8 +9,10 @@ larger candidate pool), ``temporal_search`` (STM and MTM in a recent time window
 ``persona_search`` (LTM persona first, then MTM). ``params``: ``top_k``,
 ``time_range`` (``"recent"``: the 7 days before the conversation's newest turn, ``"24h"``,
 ``"7d"``, ``"30d"`` or ``[start, end]``), ``include_persona``, ``candidates_multiplier``.
-Every tier reads only the caller's tenant and never returns deleted, expired or rejected
-memory.
+Every tier reads only the caller's tenant, never returns deleted, expired or rejected
+memory, and meets the caller's ``filters``: a turn by its own mark, a note by its own
+labels; a field a tier cannot tell of its hit (a note's turns or time) excludes the hit,
+as a filter only ever narrows.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from convmem.errors import InvalidInputError
-from convmem.governance import Note
+from convmem.governance import Note, TurnMark
 from convmem.ids import check_flag
 from convmem.models import Hit, check_query_text
 from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
@@ -29,6 +31,7 @@ from convmem.retrieve.fusion import evidence_key, interleave
 from convmem.retrieve.request import Searcher, SearchRequest
 from convmem.retrieve.routing import STRATEGIES
 from convmem.retrieve.unknowns import specific_terms
+from convmem.store.filters import FilterSpec, matches, parse_filters
 from convmem.text import bm25, split_questions, tokenize
 
 __all__ = [
@@ -65,6 +68,10 @@ class VisibleTurn(Protocol):
     def text(self) -> str: ...
     @property
     def timestamp(self) -> datetime: ...
+    @property
+    def mark(self) -> TurnMark | None:
+        """Its effective mark; None while the worker has not marked it."""
+        ...
 
 
 class TierSource(Protocol):
@@ -210,6 +217,7 @@ class HierarchicalMemoryService:
         multiplier = _int_param(
             params, "candidates_multiplier", 3 if "deep_search" in strategies else 1, 1, 10
         )
+        spec = parse_filters(filters, tenant=self.tenant)
         filters = dict(filters or {})
         conversation = filters.get("conversation_id")
         conversation_id = conversation if isinstance(conversation, str) else None
@@ -234,12 +242,14 @@ class HierarchicalMemoryService:
             ]
         if "STM" in weights and conversation_id is not None:
             temporal = "temporal_search" in strategies
-            stm = self._stm(query, conversation_id, temporal=temporal, min_score=min_score or 0.0)
+            stm = self._stm(
+                query, conversation_id, spec, temporal=temporal, min_score=min_score or 0.0
+            )
             scored += [(hit.score * weights["STM"], 0, hit) for hit in stm]
         if "LTM" in weights:
             persona_first = "persona_search" in strategies or bool(params.get("include_persona"))
             ltm = self._ltm(
-                query, top_k * multiplier, persona_first, conversation_id, min_score or 0.0
+                query, top_k * multiplier, persona_first, conversation_id, spec, min_score or 0.0
             )
             scored += [(hit.score * weights["LTM"], 2, hit) for hit in ltm]
         scored.sort(key=lambda item: (-item[0], item[1], item[2].chunk_id))
@@ -283,16 +293,26 @@ class HierarchicalMemoryService:
         return [(newest - span).isoformat(), None]
 
     def _stm(
-        self, query: str, conversation_id: str, *, temporal: bool, min_score: float
+        self,
+        query: str,
+        conversation_id: str,
+        spec: FilterSpec,
+        *,
+        temporal: bool,
+        min_score: float,
     ) -> list[Hit]:
-        """The newest turns: for ``temporal_search`` all of them, by recency and word
-        overlap; otherwise those holding the question's words, scored like notes
-        (:func:`_held`) and dropped under ``min_score``."""
+        """The newest turns that meet the filter: for ``temporal_search`` all of them, by
+        recency and word overlap; otherwise those holding the question's words, scored
+        like notes (:func:`_held`) and dropped under ``min_score``. A turn carries its own
+        mark's labels, and is pending when it awaits confirmation."""
         turns = self.source.recent_turns(conversation_id, limit=self.stm_turns, kept_only=True)
         words = set(tokenize(query))
         specific = specific_terms(query)
         hits = []
         for age, turn in enumerate(reversed(turns)):
+            metadata = _turn_metadata(self.tenant, conversation_id, turn)
+            if not _meets(metadata, spec):
+                continue
             tokens = set(tokenize(turn.text))
             overlap = len(words & tokens) / (len(words) or 1)
             if temporal:
@@ -306,13 +326,9 @@ class HierarchicalMemoryService:
                     chunk_id=f"turn:{conversation_id}:{turn.seq}",
                     score=round(score, 6),
                     text=f"{turn.name or turn.role}: {turn.text}",
-                    metadata={
-                        "conversation_id": conversation_id,
-                        "turn_range": [turn.seq, turn.seq],
-                        "timestamp": turn.timestamp.isoformat(),
-                        "role": turn.role,
-                    },
+                    metadata={key: value for key, value in metadata.items() if key != "tenant"},
                     tier="STM",
+                    pending=bool(turn.mark and turn.mark.requires_confirmation),
                 )
             )
         return hits
@@ -323,6 +339,7 @@ class HierarchicalMemoryService:
         limit: int,
         persona_first: bool,
         conversation_id: str | None,
+        spec: FilterSpec,
         min_score: float,
     ) -> list[Hit]:
         """Notes scored by the share of the question's specific words
@@ -332,7 +349,9 @@ class HierarchicalMemoryService:
         # one conversation's notes when the search is scoped to one; each note once
         notes = list(
             {
-                note.note_id: note for note in self.source.notes(conversation_id, limit=NOTES_READ)
+                note.note_id: note
+                for note in self.source.notes(conversation_id, limit=NOTES_READ)
+                if _meets(_note_metadata(self.tenant, note), spec)
             }.values()
         )
         if not notes:
@@ -358,6 +377,48 @@ class HierarchicalMemoryService:
         scored = [(score, note) for score, note in scored if score >= min_score]
         scored.sort(key=lambda item: (-item[0], item[1].note_id))
         return [_note_hit(note, score) for score, note in scored[:limit]]
+
+
+def _meets(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
+    """Whether a tier's hit meets the caller's filter; a field it cannot tell fails."""
+    return all(c.field in metadata for c in spec.conditions) and matches(metadata, spec)
+
+
+def _turn_metadata(tenant: str, conversation_id: str, turn: VisibleTurn) -> dict[str, Any]:
+    """A recent turn as a filter reads it: its place, time and speaker, and its own
+    mark's labels once the worker has marked it."""
+    when = turn.timestamp.isoformat()
+    metadata: dict[str, Any] = {
+        "tenant": tenant,
+        "conversation_id": conversation_id,
+        "turn_range": [turn.seq, turn.seq],
+        "timestamp": when,
+        "timestamp_range": [when, when],
+        "role": turn.role,
+        "speakers": [turn.role],
+    }
+    mark = turn.mark
+    if mark is not None:
+        metadata.update(
+            category=mark.category,
+            importance=mark.importance,
+            pinned=mark.user_triggered_save,
+            requires_confirmation=mark.requires_confirmation,
+        )
+    return metadata
+
+
+def _note_metadata(tenant: str, note: Note) -> dict[str, Any]:
+    """A note as a filter reads it: its own labels (it names turns by id, not by place,
+    and holds no time of theirs)."""
+    return {
+        "tenant": tenant,
+        "conversation_id": note.conversation_id,
+        "category": note.category,
+        "importance": note.importance,
+        "pinned": note.kind == "user_pinned_note",
+        "requires_confirmation": note.status == "pending",
+    }
 
 
 def _held(specific: Sequence[str], tokens: set[str]) -> float:

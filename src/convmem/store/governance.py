@@ -123,8 +123,8 @@ class GovernanceTables(Backend):
 
     def load_marks(self, tenant: str, conversation_id: str, from_seq: int) -> dict[int, MarkRow]:
         rows = self._db().execute(
-            "SELECT seq, marker, base, effective, expired, decision, decision_evidence "
-            "FROM marks WHERE tenant=? AND conversation_id=? AND seq >= ?",
+            "SELECT seq, marker, base, effective, expired, decision, decision_evidence, "
+            "expires_at FROM marks WHERE tenant=? AND conversation_id=? AND seq >= ?",
             (tenant, conversation_id, from_seq),
         )
         out: dict[int, MarkRow] = {}
@@ -135,6 +135,7 @@ class GovernanceTables(Backend):
                 effective=TurnMark.model_validate_json(row[3]) if row[3] else None,
                 expired=bool(row[4]),
                 decision=Decision(row[5], row[6]) if row[5] else None,
+                expires_at=row[7],
             )
         return out
 
@@ -253,7 +254,7 @@ class GovernanceTables(Backend):
                 "expires_at=excluded.expires_at, text=excluded.text, "
                 "source_seqs=excluded.source_seqs, source_turn_ids=excluded.source_turn_ids, "
                 "first_seq=excluded.first_seq, last_seq=excluded.last_seq, "
-                "origin_seq=excluded.origin_seq, updated_at=excluded.updated_at, "
+                "origin_seq=excluded.origin_seq, updated_at=excluded.updated_at, deleted=0, "
                 "evidence_level=CASE WHEN notes.decided=1 THEN notes.evidence_level "
                 "ELSE excluded.evidence_level END, "
                 "requires_confirmation=CASE WHEN notes.decided=1 THEN notes.requires_confirmation "
@@ -290,7 +291,12 @@ class GovernanceTables(Backend):
     ) -> int:
         """Delete marks, pins and notes derived from turns in ``[start, end]``.
 
-        Returns the smallest turn whose effective mark may change (a deleted pin's
+        A pin whose save request is deleted goes, and so does one whose every target is.
+        A pin that loses only some targets keeps its row, narrowed to the survivors, so
+        the user's verdict on it survives; its note is hidden (its text still says the
+        deleted turns) until the worker rewrites it from the turns that are left.
+
+        Returns the smallest turn whose effective mark may change (a touched pin's
         targets), so the caller re-plans from there.
         """
         rewind = start
@@ -298,25 +304,32 @@ class GovernanceTables(Backend):
             "DELETE FROM marks WHERE tenant=? AND conversation_id=? AND seq BETWEEN ? AND ?",
             (tenant, conversation_id, start, end),
         )
-        dead_pins: list[str] = []
+        touched_pins: list[str] = []
         for pid, trigger, targets in conn.execute(
             "SELECT pin_id, trigger_seq, target_seqs FROM pins WHERE tenant=? AND "
             "conversation_id=?",
             (tenant, conversation_id),
         ).fetchall():
-            seqs = json.loads(targets)
-            if start <= trigger <= end or any(start <= seq <= end for seq in seqs):
-                dead_pins.append(pid)
-                rewind = min(rewind, *seqs)
-        for pid in dead_pins:
-            conn.execute("DELETE FROM pins WHERE tenant=? AND pin_id=?", (tenant, pid))
+            seqs: list[int] = json.loads(targets)
+            survivors = [seq for seq in seqs if not start <= seq <= end]
+            if not start <= trigger <= end and len(survivors) == len(seqs):
+                continue
+            touched_pins.append(pid)
+            rewind = min(rewind, *seqs)
+            if start <= trigger <= end or not survivors:
+                conn.execute("DELETE FROM pins WHERE tenant=? AND pin_id=?", (tenant, pid))
+            else:
+                conn.execute(
+                    "UPDATE pins SET target_seqs=? WHERE tenant=? AND pin_id=?",
+                    (json.dumps(survivors), tenant, pid),
+                )
         now = self.now()
         for nid, sources, pid in conn.execute(
             "SELECT note_id, source_seqs, pin_id FROM notes WHERE tenant=? AND conversation_id=? "
             "AND deleted=0 AND ((first_seq <= ? AND last_seq >= ?) OR pin_id IS NOT NULL)",
             (tenant, conversation_id, end, start),
         ).fetchall():
-            if (pid is not None and pid in dead_pins) or any(
+            if (pid is not None and pid in touched_pins) or any(
                 start <= seq <= end for seq in json.loads(sources)
             ):
                 conn.execute(

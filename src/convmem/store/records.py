@@ -92,6 +92,7 @@ class MarkRow:
     effective: TurnMark | None
     expired: bool
     decision: Decision | None
+    expires_at: float | None = None
 
 
 @dataclass(frozen=True)
