@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import string
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from convmem import FilterError, HashingEmbedder, InvalidInputError, Memory
 from convmem.governance import KeepAllMarker
 from convmem.store import matches, parse_filters
-from helpers import live_chunks, make_turns
+from helpers import BASE_TIME, live_chunks, make_turns
 
 TRIP = [
     "我下个月要去东京出差，大概待五天。",
@@ -128,6 +129,37 @@ def test_filter_on_every_field(
     _two_conversations(memory)
     hits = memory.search("护照", top_k=10, filters=filters)
     assert {hit.metadata["conversation_id"] for hit in hits} == expected
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({"turn_range": [2, 3]}, {2, 3}),
+        ({"speakers": "user"}, {0, 2, 4, 6, 8, 10}),
+        (
+            {"timestamp_range": [(BASE_TIME + timedelta(minutes=4)).isoformat(), None]},
+            set(range(4, 12)),
+        ),
+    ],
+)
+def test_a_turn_hit_meets_place_speaker_and_time_filters_by_its_own_turn(
+    trip: Memory, filters: dict[str, Any], expected: set[int]
+) -> None:
+    hits = trip.search("护照 香菜 王经理 年糕 吉他", top_k=12, min_score=0, filters=filters)
+    found = {hit.metadata["turn_range"][0] for hit in hits}
+    assert found <= expected and (found or not expected)
+    for hit in hits:  # and says them of its own turn
+        (seq,) = set(hit.metadata["turn_range"])
+        assert hit.metadata["speakers"] == ["user" if seq % 2 == 0 else "assistant"]
+        when = (BASE_TIME + timedelta(minutes=seq)).isoformat()
+        assert hit.metadata["timestamp_range"] == [when, when]
+    # a chunk-level hit meets them by the chunk: it holds turns outside the filter
+    chunks = trip.search(
+        "护照 香菜 王经理", top_k=12, min_score=0, filters=filters, granularity="chunk"
+    )
+    spans = [set(range(lo, hi + 1)) for lo, hi in (h.metadata["turn_range"] for h in chunks)]
+    assert chunks and any(span - expected for span in spans)
+    assert all(span & expected for span in spans)
 
 
 @pytest.mark.parametrize(

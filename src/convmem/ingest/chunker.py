@@ -209,6 +209,13 @@ def render_chunk(
         provisional=not plan.final,
         turn_seqs=[turn.seq for turn in turns],
         turn_offsets=offsets,
+    ).model_copy(
+        # each turn's own role and time, in turn_seqs order: a turn-level hit meets the
+        # speakers and timestamp_range filters by its own turn, not its chunk's
+        update={
+            "turn_speakers": [turn.role for turn in turns],
+            "turn_times": [turn.timestamp.isoformat() for turn in turns],
+        }
     )
     return ChunkRecord(
         chunk_id=chunk_id(conversation_id, plan.start, plan.end, policy.version),

@@ -45,6 +45,7 @@ __all__ = [
     "ANSWER_WEIGHT",
     "OWN_FIELDS",
     "OWN_FLAGS",
+    "OWN_SPANS",
     "OWN_VALUES",
     "PER_CHUNK",
     "RANKER_WEIGHT",
@@ -407,8 +408,8 @@ def _turn_hit(unit: _Unit, score: float, evidence: Evidence, best: float | None)
             **own,
         }
     )
-    for listed in OWN_VALUES.values():  # the chunk's lists say nothing more of one turn
-        metadata.pop(listed, None)
+    for listed in (*OWN_VALUES.values(), *OWN_SPANS.values()):
+        metadata.pop(listed, None)  # the chunk's lists say nothing more of one turn
     return hit.model_copy(
         update={
             "score": round(score, 6),
@@ -426,8 +427,12 @@ OWN_FLAGS = {"pinned": "pinned_seqs", "requires_confirmation": "pending_seqs"}
 #: Fields a turn-level hit carries of its own turn: the chunk's column holds its most
 #: important turn's, the list (in ``turn_seqs`` order) each turn's.
 OWN_VALUES = {"category": "turn_categories", "importance": "turn_importance"}
+#: Where and when a turn-level hit's own turn was said, and by whom: ``turn_range`` is its
+#: place, ``speakers`` its role and ``timestamp_range`` its time, the last two from the
+#: chunk's per-turn lists (``turn_speakers``, ``turn_times``, in ``turn_seqs`` order).
+OWN_SPANS = {"speakers": "turn_speakers", "timestamp_range": "turn_times"}
 #: Every filter field a turn-level hit meets by its own turn.
-OWN_FIELDS = (*OWN_FLAGS, *OWN_VALUES)
+OWN_FIELDS = (*OWN_FLAGS, *OWN_VALUES, "turn_range", *OWN_SPANS)
 
 
 def _own_view(unit: _Unit) -> dict[str, Any]:
@@ -441,19 +446,30 @@ def _own_view(unit: _Unit) -> dict[str, Any]:
     view: dict[str, Any] = {
         flag: _own_flag(metadata, seqs, flag, unit.seq) for flag, seqs in OWN_FLAGS.items()
     }
-    seqs = metadata.get("turn_seqs")
     for field, listed in OWN_VALUES.items():
-        values = metadata.get(listed)
-        if (
-            isinstance(values, list)
-            and isinstance(seqs, list)
-            and len(values) == len(seqs)
-            and unit.seq in seqs
-        ):
-            view[field] = values[seqs.index(unit.seq)]
-        else:
-            view[field] = metadata.get(field)
+        value = _listed(metadata, listed, unit.seq)
+        view[field] = metadata.get(field) if value is None else value[0]
+    view["turn_range"] = [unit.seq, unit.seq]
+    speaker = _listed(metadata, OWN_SPANS["speakers"], unit.seq)
+    view["speakers"] = metadata.get("speakers") if speaker is None else [speaker[0]]
+    when = _listed(metadata, OWN_SPANS["timestamp_range"], unit.seq)
+    view["timestamp_range"] = metadata.get("timestamp_range") if when is None else [when[0]] * 2
     return view
+
+
+def _listed(metadata: Mapping[str, Any], listed: str, seq: int) -> tuple[Any] | None:
+    """A turn's entry in one of its chunk's per-turn lists (in ``turn_seqs`` order), as a
+    1-tuple (an entry may be None); None when the chunk lists none (cut before the list
+    existed, or written by a caller): the chunk's own value then stands for the turn."""
+    values, seqs = metadata.get(listed), metadata.get("turn_seqs")
+    if (
+        isinstance(values, list)
+        and isinstance(seqs, list)
+        and len(values) == len(seqs)
+        and seq in seqs
+    ):
+        return (values[seqs.index(seq)],)
+    return None
 
 
 def _own_flag(metadata: Mapping[str, Any], seqs: str, flag: str, seq: int) -> bool:

@@ -717,7 +717,13 @@ def _own_conditions(spec: FilterSpec) -> tuple[FilterSpec, FilterSpec | None]:
     the chunk *holding* a turn of it (the column is only its most important turn's, so a
     rule's chunk may hold the preference asked for: :data:`~convmem.store.filters.HOLDS`),
     not ``$ne`` (a rule's chunk holds other turns too)."""
-    own = tuple(c for c in spec.conditions if c.field in OWN_FIELDS)
+    own = tuple(
+        c
+        for c in spec.conditions
+        if c.field in OWN_FIELDS
+        # speakers a turn must all have: a group (a chunk holding their exchange), not a turn
+        and not (c.field == "speakers" and c.op == "$contains_all" and len(c.value) > 1)
+    )
     if not own:
         return spec, None
     kept = tuple(
