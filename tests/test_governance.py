@@ -326,6 +326,10 @@ def test_tenant_ttl_override_reaches_the_rule_marker() -> None:
         ("remember this", False),
         ("Please save this.", False),
         ("记住：我对青霉素过敏", True),
+        # the cue's own 这个 is no reference back: a short fact beside it is what to save
+        ("我对花生过敏，记住这个。", True),
+        ("记住这个方案，我以后按这个来", False),
+        ("这个很重要，我女儿对芒果过敏", True),
         ("Remember that my passport number ends in 4821.", True),
     ],
 )

@@ -69,14 +69,13 @@ def save_intent(text: str) -> SaveIntent | None:
     match = SAVE_ZH.search(text) or SAVE_EN.search(text)
     if match is None:
         return None
-    rest = SAVE_ZH.sub(" ", text)
-    rest = SAVE_EN.sub(" ", rest)
-    rest = _REFERENCE_FILLER.sub(" ", rest)
+    said = SAVE_EN.sub(" ", SAVE_ZH.sub(" ", text))  # without the cue (记住这个 says 这个)
+    rest = _REFERENCE_FILLER.sub(" ", said)
     cjk = sum(1 for ch in rest if "\u4e00" <= ch <= "\u9fff")
     words = re.findall(r"[A-Za-z0-9]+", rest)
     # "记住这个方案，我以后按这个来" points back at what came before; only a longer
     # statement next to such a reference is the thing to save.
-    needed = 8 if _POINTS_BACK.search(text) else 4
+    needed = 8 if _POINTS_BACK.search(said) else 4
     return SaveIntent(cue=match.group(0).strip(), self_contained=cjk >= needed or len(words) >= 3)
 
 

@@ -116,7 +116,8 @@ class TurnTables(Backend):
                     raise TurnConflictError(
                         f"turn {turn.turn_id!r} (sequence {turn.seq}) of conversation "
                         f"{conversation_id!r} is already stored with different text; turns "
-                        "are immutable: delete the turn range first to replace it",
+                        "are immutable: send the new text under a new turn id (delete this "
+                        "turn if its text must go; its id stays retired)",
                         field=f"turns[{index}].text",
                     )
                 duplicates.append(turn.turn_id)
