@@ -420,6 +420,48 @@ def test_caller_upserts_are_replayable_without_duplicates(memory: Memory) -> Non
     assert bad.upserted == 0 and len(bad.errors) == 1
 
 
+def test_a_caller_chunk_that_no_delete_could_reach_is_refused(memory: Memory) -> None:
+    base = {"text": "护照 签证 材料", "metadata": {"conversation_id": "c", "turn_range": [0, 0]}}
+    result = memory.upsert_chunks(
+        [
+            {
+                **base,
+                "chunk_id": "blank-conversation",
+                "metadata": {**base["metadata"], "conversation_id": "  "},
+            },
+            {
+                **base,
+                "chunk_id": "long-conversation",
+                "metadata": {**base["metadata"], "conversation_id": "c" * 201},
+            },
+            {**base, "chunk_id": " "},
+            {**base, "chunk_id": "x" * 201},
+            {
+                **base,
+                "chunk_id": "backwards",
+                "metadata": {
+                    **base["metadata"],
+                    "timestamp_range": ["2026-01-02T00:00:00+00:00", "2026-01-01T00:00:00+00:00"],
+                },
+            },
+            {**base, "chunk_id": "fine"},
+        ]
+    )
+    assert result.upserted == 1 and len(result.errors) == 5
+    fields = [error.split(" ")[0] for error in result.errors]
+    assert fields == [
+        "chunks[0].metadata.conversation_id",
+        "chunks[1].metadata.conversation_id",
+        "chunks[2].chunk_id",
+        "chunks[3].chunk_id",
+        "chunks[4].metadata.timestamp_range",
+    ]
+    assert [hit.chunk_id for hit in memory.search("护照", granularity="chunk", min_score=0)] == [
+        "fine"
+    ]
+    assert memory.delete("c", chunk_ids=["fine"]).deleted == 1
+
+
 def test_caller_chunks_are_listed_under_the_search_filters(memory: Memory) -> None:
     records = [
         {

@@ -37,6 +37,7 @@ from convmem.ids import (
 )
 from convmem.ingest import ChunkingPolicy, line_tokens
 from convmem.models import (
+    MAX_ID_LENGTH,
     MAX_SEQ,
     AddTurnsReceipt,
     ChunkRecord,
@@ -480,6 +481,10 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             if record.metadata.deleted:
                 errors.append(f"chunks[{index}]: deleted records cannot be upserted; use delete")
                 continue
+            refused = _caller_chunk_problem(record)
+            if refused is not None:  # a chunk no delete could name again
+                errors.append(f"chunks[{index}].{refused}")
+                continue
             meta = record.metadata.model_copy(update={"tenant": self._tenant})
             records.append(record.model_copy(update={"metadata": meta}))
         if not records:
@@ -667,6 +672,25 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         engine.searcher.reset_indexes()
         logger.info("re-embedded %d chunks with %s", count, engine.embedding.model_id)
         return count
+
+
+def _caller_chunk_problem(record: ChunkRecord) -> str | None:
+    """What makes a caller's chunk one that ``delete`` could not reach, or one whose time
+    span runs backwards: ``field: problem and fix``; None when it is fine."""
+    try:
+        check_conversation_id(record.metadata.conversation_id)
+    except InvalidInputError as exc:
+        return f"metadata.{exc}"
+    chunk_id = record.chunk_id
+    if not chunk_id.strip() or len(chunk_id) > MAX_ID_LENGTH:
+        return (
+            f"chunk_id must be 1..{MAX_ID_LENGTH} characters and not blank, got "
+            f"{len(chunk_id)} characters"
+        )
+    span = record.metadata.timestamp_range
+    if span is not None and datetime.fromisoformat(span[0]) > datetime.fromisoformat(span[1]):
+        return f"metadata.timestamp_range starts after it ends: {list(span)}; send [start, end]"
+    return None
 
 
 def _ids(chunk_ids: Any) -> list[str]:
