@@ -7,7 +7,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
 import pytest
 
 from convmem import (
@@ -119,3 +121,33 @@ def test_the_async_client_sends_its_key_and_maps_refusals(tmp_path: Path) -> Non
     with served("--store", store, "--embedder", "hashing") as base_url:
         hits = asyncio.run(run(base_url))
     assert hits and hits[0].metadata["tenant"] == "t1"
+
+
+@pytest.mark.slow
+def test_conversation_ids_reach_the_service_exactly_as_given(tmp_path: Path) -> None:
+    """The ids went into the URL unencoded: "order%41" landed in conversation "orderA",
+    and "/", "?", "#", "." and ".." sent the request to another URL."""
+    ids = ["order%41", "a/b?c#d", ".", "..", "x/turns", "é 中"]
+    options = ("--no-auth", "--store", str(tmp_path / "c.db"), "--embedder", "hashing")
+    with served(*options) as base_url, Client(base_url) as memory:
+        for index, conversation_id in enumerate(ids):
+            turns = make_turns([f"第{index}段对话"])
+            receipt = memory.add_turns(conversation_id, turns)
+            assert receipt.conversation_id == conversation_id
+            assert memory.status(conversation_id)["last_turn"] == 0
+        assert memory.status("orderA")["last_turn"] is None
+        with httpx.Client(base_url=base_url) as raw:
+
+            def texts(conversation_id: str) -> list[str]:
+                segment = quote(conversation_id, safe="").replace(".", "%2E")
+                response = raw.get(f"/v1/conversations/{segment}/turns")
+                assert response.status_code == 200, response.text
+                return [turn["text"] for turn in response.json()]
+
+            for index, conversation_id in enumerate(ids):
+                assert texts(conversation_id) == [f"第{index}段对话"]
+            assert memory.delete("a/b?c#d", turn_range=[0, 10])["turns_deleted"] == 1
+            assert texts("a/b?c#d") == [] and texts("x/turns") == ["第4段对话"]
+        with pytest.raises(InvalidInputError) as caught:
+            memory.status(7)
+        assert caught.value.field == "conversation_id"

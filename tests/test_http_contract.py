@@ -14,10 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from convmem import HashingEmbedder, Memory
-from convmem.governance import KeepAllMarker
+from convmem.errors import InvalidInputError
+from convmem.governance import GovernancePolicy, KeepAllMarker
 from convmem.retrieve.routing import STRATEGIES
 from convmem.server import ServerSettings, create_app
-from convmem.server.middleware import tenant_hash
+from convmem.server.middleware import MAX_JSON_DEPTH, tenant_hash
 from convmem.server.schemas import Strategy
 from helpers import make_turns
 
@@ -367,3 +368,188 @@ def test_the_longest_question_is_the_same_for_the_library_and_http(
     refused = client.post("/v1/search", json={"query_text": longer}, headers=key)
     assert refused.status_code == 422
     assert refused.json()["error"]["field"] == "query_text"
+
+
+@pytest.mark.parametrize(
+    ("chunk", "field"),
+    [
+        ({"metadata": {"conversation_id": ""}}, "chunk.metadata.conversation_id"),
+        ({"metadata": {"conversation_id": "   "}}, "chunk.metadata.conversation_id"),
+        ({"metadata": {"conversation_id": "c" * 1000}}, "chunk.metadata.conversation_id"),
+        ({"chunk_id": ""}, "chunk.chunk_id"),
+        ({"chunk_id": "   "}, "chunk.chunk_id"),
+        ({"chunk_id": "k" * 100_000}, "chunk.chunk_id"),
+        (
+            {"metadata": {"timestamp_range": ["2026-02-02T00:00:00Z", "2026-01-01T00:00:00Z"]}},
+            "chunk.metadata.timestamp_range",
+        ),
+    ],
+)
+def test_update_refuses_a_chunk_that_delete_could_never_reach(
+    client: TestClient, key: dict[str, str], memory: Memory, chunk: dict[str, Any], field: str
+) -> None:
+    """/v1/update stored chunks under a conversation id /v1/delete refuses (so they could
+    never be deleted), chunk ids of 0 or 100,000 characters, and times running backwards."""
+    metadata = {"conversation_id": "c", "turn_range": [0, 1], **chunk.get("metadata", {})}
+    sent = {"chunk_id": "k1", "text": "靠窗的座位", **chunk, "metadata": metadata}
+    response = client.post("/v1/update", json={"chunk": sent}, headers=key)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == field
+    assert memory.for_tenant(TENANT).chunks(chunk_ids=[sent["chunk_id"]]) == []
+    # the longest ids are taken, and delete reaches what update stored
+    metadata = {
+        "conversation_id": "c" * 200,
+        "turn_range": [0, 1],
+        "timestamp_range": ["2026-01-01T00:00:00Z", "2026-01-01T00:00:00+00:00"],
+    }
+    longest = {"chunk_id": "k" * 200, "text": "靠窗的座位", "metadata": metadata}
+    stored = client.post("/v1/update", json={"chunk": longest}, headers=key)
+    assert stored.status_code == 200 and stored.json()["upserted"] == 1, stored.text
+    body = {"conversation_id": "c" * 200, "chunk_ids": ["k" * 200]}
+    deleted = client.post("/v1/delete", json=body, headers=key)
+    assert deleted.status_code == 200 and deleted.json()["deleted"] == 1, deleted.text
+
+
+@pytest.fixture
+def noted(tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, str], str]]:
+    """A service whose tenant has one pending note (the default marker makes it)."""
+    with Memory.open(str(tmp_path / "notes.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        _, secret = memory.create_api_key(TENANT, "notes")
+        tenant = memory.for_tenant(TENANT)
+        texts = ["我最近在学吉他。", "周末想去爬山。", "记住这个"]
+        tenant.add_turns("c", [dict(t, role="user") for t in make_turns(texts)])
+        tenant.flush()
+        (note,) = tenant.notes("c", "pending")
+        app = create_app(ServerSettings(admin_key=ADMIN), memory=memory)
+        with TestClient(app, raise_server_exceptions=False) as test_client:
+            yield test_client, {"Authorization": f"Bearer {secret}"}, note.note_id
+
+
+@pytest.mark.parametrize(
+    ("verdict", "field", "says"),
+    [
+        ({"requires_confirmation": True}, "requires_confirmation", "confirm: false"),
+        (
+            {"confirm": False, "evidence_level": "S3_user_confirmed"},
+            "evidence_level",
+            "S3_user_confirmed",
+        ),
+        (
+            {"status": "rejected", "evidence_level": "S3_user_confirmed"},
+            "evidence_level",
+            "S3_user_confirmed",
+        ),
+    ],
+)
+def test_a_note_verdict_that_is_no_verdict_is_refused_and_the_note_stays_pending(
+    noted: tuple[TestClient, dict[str, str], str], verdict: dict[str, Any], field: str, says: str
+) -> None:
+    """`requires_confirmation: true` silently rejected the note, and a rejection could be
+    stored marked S3_user_confirmed."""
+    client, key, note_id = noted
+    refused = client.post("/v1/update", json={"note_id": note_id, **verdict}, headers=key)
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == field and says in error["message"]
+    pending = client.get("/v1/notes", params={"status": "pending"}, headers=key).json()
+    assert [note["note_id"] for note in pending] == [note_id]
+    rejected = client.post("/v1/update", json={"note_id": note_id, "confirm": False}, headers=key)
+    assert rejected.status_code == 200 and rejected.json()["status"] == "rejected"
+    assert rejected.json()["evidence_level"] != "S3_user_confirmed"
+
+
+@pytest.mark.parametrize("rules", [[], "", 0, False, None, "x", [1]])
+def test_policy_rules_that_are_not_an_object_are_refused(
+    client: TestClient, key: dict[str, str], rules: Any
+) -> None:
+    kept = {"rules": {"note": {"ttl_seconds": 60}}}
+    assert client.put("/v1/policy", json=kept, headers=key).status_code == 200
+    refused = client.put("/v1/policy", json={"rules": rules}, headers=key)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"] == {
+        "type": "invalid_input",
+        "message": "policy.rules must be an object",
+        "field": "policy.rules",
+    }
+    assert client.get("/v1/policy", headers=key).json()["rules"]["note"]["ttl_seconds"] == 60
+
+
+def test_a_tenant_policy_stored_with_empty_rules_still_reads() -> None:
+    """Stores may hold {"rules": []} from before it was refused: it reads as no rules, so
+    that tenant's indexing goes on."""
+    stored = GovernancePolicy().merged({"rules": [], "pin_window": 3}, source="tenant policy")
+    assert stored.rules == GovernancePolicy().rules and stored.pin_window == 3
+    with pytest.raises(InvalidInputError):
+        GovernancePolicy().merged({"rules": []}, source="policy")
+
+
+@pytest.mark.parametrize("path", ["/v1/conversations/a%FF/turns", "/v1/conversations/a%FE/turns"])
+def test_an_id_that_is_not_utf8_is_422_not_read_as_a_replacement_character(
+    client: TestClient, key: dict[str, str], memory: Memory, path: str
+) -> None:
+    """a%FF was stored as conversation "a\\ufffd", so a%FE reached the same conversation."""
+    turns = {"turns": make_turns(["你好"])}
+    refused = client.post(path, json=turns, headers=key)
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "conversation_id" and "UTF-8" in error["message"]
+    assert memory.for_tenant(TENANT).recent_turns("a\ufffd") == []
+    query = client.get("/v1/notes?conversation_id=a%FF", headers=key)
+    assert query.status_code == 422 and query.json()["error"]["field"] == "conversation_id"
+    accepted = client.post("/v1/conversations/%C3%A9%2Fx/turns", json=turns, headers=key)
+    assert accepted.status_code == 202, accepted.text
+    assert [t.text for t in memory.for_tenant(TENANT).recent_turns("é/x")] == ["你好"]
+
+
+READS = ("status", "turns", "marks", "pins")
+
+
+def test_another_tenants_conversation_reads_as_one_that_does_not_exist(
+    client: TestClient, key: dict[str, str], memory: Memory
+) -> None:
+    """What docs/http.md says: 200 with nothing in it (no 404), the same for both."""
+    memory.for_tenant("other-tenant").add_turns("theirs", make_turns(["甲方的机密"]))
+    for read in READS:
+        theirs = client.get(f"/v1/conversations/theirs/{read}", headers=key)
+        unknown = client.get(f"/v1/conversations/never/{read}", headers=key)
+        assert theirs.status_code == unknown.status_code == 200
+        assert theirs.text == unknown.text.replace("never", "theirs")
+    assert unknown.json() == []
+    paths = client.get("/openapi.json").json()["paths"]
+    for read in READS:
+        responses = paths[f"/v1/conversations/{{conversation_id}}/{read}"]["get"]["responses"]
+        assert "404" not in responses and "200" in responses
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_body_not_sent_as_json_says_to_send_the_content_type(
+    client: TestClient, key: dict[str, str], content_type: str | None
+) -> None:
+    headers = {**key, **({"content-type": content_type} if content_type else {})}
+    response = client.post("/v1/search", content=b'{"query_text": "x"}', headers=headers)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "content-type"
+    assert "Content-Type: application/json" in error["message"]
+    assert set(error) == {"type", "message", "field"}
+
+
+def test_a_body_nested_too_deeply_says_so_with_the_limit(
+    client: TestClient, key: dict[str, str]
+) -> None:
+    def nested(levels: int) -> str:
+        # the body object and filters are two levels
+        inner = "[" * (levels - 2) + "]" * (levels - 2)
+        return '{"query_text": "x", "filters": {"tags": ' + inner + "}}"
+
+    deep = _raw(client, "POST", "/v1/search", nested(1000), **key)
+    assert deep.status_code == 400, deep.text
+    message = deep.json()["error"]["message"]
+    assert "1000 levels" in message and str(MAX_JSON_DEPTH) in message
+    assert _raw(client, "POST", "/v1/search", nested(MAX_JSON_DEPTH + 1), **key).status_code == 400
+    # at the limit the body is read: the filter itself is what is wrong
+    at_limit = _raw(client, "POST", "/v1/search", nested(MAX_JSON_DEPTH), **key)
+    assert at_limit.status_code == 422, at_limit.text
+    # brackets inside strings are text
+    text = '{"query_text": "' + "[" * 2000 + '"}'
+    assert _raw(client, "POST", "/v1/search", text, **key).status_code == 200

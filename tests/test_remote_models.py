@@ -12,6 +12,7 @@ import pytest
 
 from convmem import EmbedderError, Memory
 from convmem.embed import resolve_embedder
+from convmem.remote import Retry, post_json
 from helpers import make_turns, served
 from openai_fake import Script, openai_server
 
@@ -77,3 +78,33 @@ def test_serve_and_worker_index_through_a_hosted_embedding_model(tmp_path: Path)
             stats = memory.stats()
             assert stats["backlog"] == 0 and stats["chunks"] >= 1
             assert stats["embedding_model"] == "openai:remote-embed"
+
+
+@pytest.mark.parametrize(
+    ("after", "honoured"),
+    [
+        ("²", False),  # str.isdigit() takes it, float() does not: a ValueError escaped
+        ("1٣", False),
+        ("soon", False),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", False),
+        ("3", True),
+        (" 2.5", True),
+    ],
+)
+def test_a_retry_after_header_is_ascii_seconds_or_the_backoff_is_kept(
+    after: str, honoured: bool
+) -> None:
+    header = [(b"Retry-After", after.encode("utf-8"))]  # as a server sends it: bytes
+    answers = iter([httpx.Response(429, headers=header), httpx.Response(200)])
+    transport = httpx.MockTransport(lambda request: next(answers))
+    slept: list[float] = []
+    with httpx.Client(transport=transport, base_url="http://model.test") as client:
+        response = post_json(
+            client,
+            "/v1/embeddings",
+            {"input": ["护照"]},
+            retry=Retry(attempts=2, base_seconds=0.01, max_seconds=8.0),
+            sleep=slept.append,
+        )
+    assert response.status_code == 200
+    assert slept == [float(after)] if honoured else 0.005 <= slept[0] <= 0.01

@@ -31,6 +31,7 @@ from convmem.story import (
     search_story_memory_tool,
 )
 from convmem.story.loader import read_characters
+from convmem.story.models import MAX_CHAPTER
 from helpers import OutageEmbedder
 
 DEMO = Path(str(resources.files("convmem") / "data" / "story_demo"))
@@ -351,3 +352,38 @@ def test_scene_over_http_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[s
         )
         states = {s["entity_id"]: s for s in again.json()["entity_states"]}
         assert states["沈舟"]["state"] == {"stance": "动摇"}
+
+
+def test_a_scene_past_the_story_range_is_refused_not_left_empty(novel: Memory) -> None:
+    """Chapter 2,000,000 or scene 10**12 gave a context with every part empty and only a
+    `degraded` note; no story read takes an index past MAX_CHAPTER, so it is refused."""
+    far = 2_000_000
+    plan = PLAN.model_dump()
+    for scene_plan, chapter, scene, field in [
+        ({**plan, "chapter_index": far}, 3, 1, "scene_plan.chapter_index"),
+        ({**plan, "scene_index": 10**12}, 3, 1, "scene_plan.scene_index"),
+        (PLAN, far, 1, "chapter_index"),
+        (PLAN, 3, 10**12, "scene_index"),
+    ]:
+        with pytest.raises(InvalidInputError) as caught:
+            build_scene_memory_context(scene_plan, CAST, "harbor", chapter, scene, memory=novel)
+        assert caught.value.field == field
+    last = build_scene_memory_context(PLAN, CAST, "harbor", MAX_CHAPTER, MAX_CHAPTER, memory=novel)
+    assert last.degraded == [] and last.relevant_memories
+    app = create_app(ServerSettings(auth=False), memory=novel)
+    with TestClient(app) as client:
+        for change, field in [
+            ({"chapter_index": far}, "scene_plan.chapter_index"),
+            ({"scene_index": 10**12}, "scene_plan.scene_index"),
+        ]:
+            refused = client.post(
+                "/v1/scenes", json={"project_id": "harbor", "scene_plan": {**plan, **change}}
+            )
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["error"]["field"] == field
+        edge = {"chapter_index": MAX_CHAPTER, "scene_index": MAX_CHAPTER}
+        answered = client.post(
+            "/v1/scenes", json={"project_id": "harbor", "scene_plan": {**plan, **edge}}
+        )
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["degraded"] == []

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import quote
 
 import httpx
 
@@ -73,6 +74,19 @@ def _error(response: httpx.Response) -> ConvmemError:
     return cls(message)
 
 
+def _conversation(conversation_id: str) -> str:
+    """The URL path of a conversation: the id percent-encoded as one segment, so that
+    ``order%41`` is not read as ``orderA`` and ``a/b?c#d`` stays one id. A dot is encoded
+    too: ``.`` and ``..`` would otherwise be resolved away by URL normalisation."""
+    if not isinstance(conversation_id, str):
+        raise InvalidInputError(
+            f"conversation_id must be a string, got {type(conversation_id).__name__}",
+            field="conversation_id",
+        )
+    segment = quote(conversation_id, safe="").replace(".", "%2E")
+    return f"/v1/conversations/{segment}"
+
+
 class _Requests:
     """Memory's methods as requests (shared by the sync and async clients)."""
 
@@ -80,14 +94,14 @@ class _Requests:
     def add_turns(conversation_id: str, turns: Sequence[Mapping[str, Any]]) -> _Call:
         return _Call(
             "POST",
-            f"/v1/conversations/{conversation_id}/turns",
+            f"{_conversation(conversation_id)}/turns",
             {"turns": list(turns)},
             read=lambda data: AddTurnsReceipt.model_validate(data),
         )
 
     @staticmethod
     def status(conversation_id: str) -> _Call:
-        return _Call("GET", f"/v1/conversations/{conversation_id}/status")
+        return _Call("GET", f"{_conversation(conversation_id)}/status")
 
     @staticmethod
     def search(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ __all__ = ["RETRY_STATUSES", "Retry", "post_json"]
 logger = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+SECONDS = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,9 @@ class Retry:
             0.5, 1.0
         )
         after = response.headers.get("retry-after") if response is not None else None
-        if after is not None and after.replace(".", "", 1).isdigit():
+        # ASCII digits only: str.isdigit() takes "²", which float() refuses; an HTTP date
+        # or anything else keeps the backoff
+        if after is not None and SECONDS.fullmatch(after.strip()):
             wait = min(self.max_seconds, max(wait, float(after)))
         return wait
 

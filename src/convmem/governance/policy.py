@@ -128,7 +128,9 @@ class GovernancePolicy:
                 field=f"{source}.{unknown[0]}",
             )
         rules = dict(self.rules)
-        raw_rules = overrides.get("rules") or {}
+        raw_rules = overrides.get("rules", {})
+        if not raw_rules and source == "tenant policy":
+            raw_rules = {}  # stored before "rules": [] (or null, "", 0) was refused: no rules
         if not isinstance(raw_rules, Mapping):
             raise InvalidInputError(f"{source}.rules must be an object", field=f"{source}.rules")
         for key, value in raw_rules.items():

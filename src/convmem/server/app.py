@@ -118,8 +118,8 @@ def _add_exception_handlers(app: FastAPI) -> None:
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_response(exc)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_response(exc, content_type=request.headers.get("content-type"))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

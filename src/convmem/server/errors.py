@@ -41,10 +41,10 @@ ERROR_BODY_REF = "#/components/schemas/ErrorBody"
 HTTP_KINDS = {400: "invalid_body", 404: "not_found", 405: "method_not_allowed"}
 
 DESCRIPTIONS = {
-    400: "invalid_json or invalid_body: the body is not UTF-8 JSON",
+    400: "invalid_json or invalid_body: the body is not UTF-8 JSON, or nests too deeply",
     401: "unauthorized: no API key, or an unknown or revoked one",
     403: "forbidden: the route needs the admin key",
-    404: "not_found: no such conversation, job, chunk, note or key in the caller's tenant",
+    404: "not_found: no such job, note or key in the caller's tenant",
     409: "turn_conflict: a turn id already stored with other text",
     413: "body_too_large: the body is over the server's max_body_bytes",
     422: "invalid_input: a field has the wrong type, range or value; `field` names it",
@@ -154,13 +154,35 @@ def field_path(loc: Sequence[Any]) -> str | None:
     return path or None
 
 
-def validation_response(exc: RequestValidationError) -> JSONResponse:
-    """FastAPI's request validation errors in the one error shape (400 for bad JSON)."""
+def _is_json(content_type: str | None) -> bool:
+    kind = (content_type or "").split(";")[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )
+
+
+def validation_response(
+    exc: RequestValidationError, *, content_type: str | None = None
+) -> JSONResponse:
+    """FastAPI's request validation errors in the one error shape (400 for bad JSON).
+
+    ``content_type``: the request's header; FastAPI reads a body as JSON only when it says
+    so, and otherwise failed it as "not a valid dictionary", naming no field.
+    """
     errors = exc.errors()
     first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
         reason = first.get("ctx", {}).get("error", first.get("msg"))
         return error_body(400, "invalid_json", f"the body is not valid JSON: {reason}", None)
+    if isinstance(exc.body, bytes | bytearray) and exc.body and not _is_json(content_type):
+        sent = f"Content-Type: {content_type}" if content_type else "no Content-Type"
+        return error_body(
+            422,
+            "invalid_input",
+            f"the body was sent with {sent}; send JSON with the header "
+            "Content-Type: application/json",
+            "content-type",
+        )
     problems = [
         {"field": field_path(error.get("loc", ())), "message": str(error.get("msg", ""))}
         for error in errors

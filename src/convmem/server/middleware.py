@@ -1,4 +1,5 @@
-"""ASGI middleware: the body size limit, and request timing with one access-log line each.
+"""ASGI middleware: the body size and nesting limits, and request timing with one
+access-log line each.
 
 The access log (logger ``convmem.server.access``, INFO) has one line per request:
 method, route template (never the raw path, which holds ids), status, duration in ms and
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
 from collections.abc import MutableMapping
+from itertools import accumulate
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,9 +21,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from convmem.metrics import Histogram
 from convmem.server.errors import error_body
 
-__all__ = ["BodyLimit", "RequestLog", "tenant_hash"]
+__all__ = ["MAX_JSON_DEPTH", "BodyLimit", "RequestLog", "json_depth", "tenant_hash"]
 
 access_log = logging.getLogger("convmem.server.access")
+
+#: The deepest nesting of arrays and objects a body may have. Python's JSON parser gives
+#: up near 1,000 levels, with an error that did not say why.
+MAX_JSON_DEPTH = 256
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}")))
 
 
 def tenant_hash(tenant: str | None) -> str:
@@ -60,6 +69,19 @@ class BodyLimit:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
+        # only a body with that many brackets can nest that deep (most bodies: no scan)
+        if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:
+            depth = json_depth(body)
+            if depth > MAX_JSON_DEPTH:
+                response = error_body(
+                    400,
+                    "invalid_body",
+                    f"the body nests arrays and objects {depth} levels deep; the limit is "
+                    f"{MAX_JSON_DEPTH}: send flatter JSON",
+                    None,
+                )
+                await response(scope, receive, send)
+                return
         sent = False
 
         async def replay() -> Message:
@@ -79,6 +101,12 @@ class BodyLimit:
             None,
         )
         await response(scope, receive, send)
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply a JSON text nests arrays and objects (brackets inside strings not counted)."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKET)
+    return max(accumulate(1 if byte in b"[{" else -1 for byte in brackets), default=0)
 
 
 class RequestLog:
@@ -107,7 +135,9 @@ class RequestLog:
             self._record(scope, status, time.perf_counter() - began)
 
     def _record(self, scope: MutableMapping[str, Any], status: int, seconds: float) -> None:
-        route = getattr(scope.get("route"), "path", "unmatched")
+        # path_format: the template without convertors ({conversation_id}, not :path)
+        matched = scope.get("route")
+        route = getattr(matched, "path_format", None) or getattr(matched, "path", "unmatched")
         key = (str(scope.get("method", "")), str(route))
         histogram = self.request_seconds.get(key)
         if histogram is None:

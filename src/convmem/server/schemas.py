@@ -8,10 +8,13 @@ non-finite numbers), so those are a 422 too and never reach the store.
 """
 
 # No "from __future__ import annotations": FastAPI and pydantic read these at runtime.
+from datetime import datetime
 from typing import Annotated, Any, Literal
+from urllib.parse import unquote_to_bytes
 
 from fastapi import Path, Request
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     AwareDatetime,
     BaseModel,
@@ -19,10 +22,13 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    field_validator,
 )
 
 from convmem.errors import InvalidInputError
+from convmem.ids import MAX_CONVERSATION_ID, check_conversation_id
 from convmem.models import (
+    MAX_ID_LENGTH,
     MAX_QUERY_CHARS,
     MAX_SEQ,
     ChunkMetadata,
@@ -35,6 +41,7 @@ from convmem.models import (
 )
 from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
 from convmem.story import CharactersConfig, EntityStateSnapshot, ScenePlan, StoryMemoryChunk
+from convmem.story.models import MAX_CHAPTER
 
 __all__ = [
     "ConversationStatusOut",
@@ -67,6 +74,20 @@ JobId = Annotated[int, Path(ge=1, le=MAX_SEQ)]
 Seq = Annotated[int, Field(ge=0, le=MAX_SEQ)]
 TurnIdInt = Annotated[int, Field(strict=True, ge=0, le=MAX_SEQ)]
 TurnIdText = Annotated[str, Field(strict=True, min_length=1, max_length=200, pattern=r"\d$")]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("chunk_id is blank; send an id that is not only spaces")
+    return value
+
+
+# The library's rules (convmem.ids.check_conversation_id), in the schema too: 1..200
+# characters, not blank. A chunk id is 1..200 characters, as a story chunk's.
+ConversationId = Annotated[
+    str, Field(min_length=1, max_length=MAX_CONVERSATION_ID), AfterValidator(check_conversation_id)
+]
+ChunkId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH), AfterValidator(_not_blank)]
 
 
 class _Strict(BaseModel):
@@ -194,7 +215,7 @@ class SearchIn(_Strict):
 
 
 class DeleteIn(_Strict):
-    conversation_id: str = Field(min_length=1, max_length=200)
+    conversation_id: ConversationId
     turn_range: tuple[Seq, Seq] | None = None
     chunk_ids: list[str] | None = Field(default=None, max_length=1000)
 
@@ -202,15 +223,36 @@ class DeleteIn(_Strict):
 class ChunkMetadataIn(ChunkMetadata):
     """:class:`ChunkMetadata` whose times and numbers are checked before they reach the store."""
 
+    # the rules of every route's conversation_id: a chunk stored under an id /v1/delete
+    # refuses could never be deleted
+    conversation_id: ConversationId
     turn_range: tuple[Seq, Seq]
     chunk_version: int = Field(default=1, ge=0, le=MAX_SEQ)
     turn_seqs: list[Seq] = Field(default_factory=list)
     # expires_at and timestamp_range are checked by ChunkMetadata itself (ISO 8601, zoned)
 
+    @field_validator("timestamp_range")
+    @classmethod
+    def _in_order(cls, value: tuple[str, str] | None) -> tuple[str, str] | None:
+        if value is None:
+            return None
+        try:
+            start, end = (datetime.fromisoformat(time) for time in value)
+            ordered = start <= end
+        except (TypeError, ValueError):  # not zoned ISO 8601 times: ChunkMetadata says which
+            return value
+        if not ordered:
+            raise ValueError(
+                f"timestamp_range {list(value)} ends before it starts; send [start, end] "
+                "with start <= end"
+            )
+        return value
+
 
 class ChunkRecordIn(ChunkRecord):
     """A :class:`~convmem.models.ChunkRecord` (what ``/v1/update`` overwrites), checked."""
 
+    chunk_id: ChunkId
     metadata: ChunkMetadataIn
 
 
@@ -238,8 +280,8 @@ class UpdateIn(_Strict):
 
 class SceneIn(_Strict):
     project_id: str = Field(min_length=1, max_length=200)
-    chapter_index: int | None = Field(default=None, ge=0, le=1_000_000)
-    scene_index: int | None = Field(default=None, ge=0, le=1_000_000)
+    chapter_index: int | None = Field(default=None, ge=0, le=MAX_CHAPTER)
+    scene_index: int | None = Field(default=None, ge=0, le=MAX_CHAPTER)
     scene_plan: ScenePlan
     characters: CharactersConfig = Field(default_factory=CharactersConfig)
     top_k: int = Field(default=10, ge=1, le=100)
@@ -319,8 +361,16 @@ async def check_json_values(request: Request) -> None:
     """Reject (422, naming the field) a request holding a value no store can keep.
 
     FastAPI has already parsed the body (Starlette caches it), so this costs one walk.
-    Path and query parameters are checked too (a %00 in a URL is a NUL).
+    Path and query parameters are checked too (a %00 in a URL is a NUL, and percent-encoded
+    bytes must be UTF-8).
     """
+    undecodable = _not_utf8(request)
+    if undecodable is not None:
+        raise InvalidInputError(
+            f"{undecodable} is not UTF-8 once percent-decoded; percent-encode the id as UTF-8 "
+            "(é is %C3%A9)",
+            field=undecodable,
+        )
     for name, value in [*request.path_params.items(), *request.query_params.items()]:
         bad = value_problem(value)
         if bad is not None:
@@ -335,3 +385,26 @@ async def check_json_values(request: Request) -> None:
     if problem is not None:
         field, message = problem
         raise InvalidInputError(f"{field or 'the body'} {message}", field=field or None)
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _not_utf8(request: Request) -> str | None:
+    """The path or query parameter whose percent-encoded bytes are not UTF-8, or None.
+
+    Servers decode such bytes as U+FFFD, so ``a%FF`` and ``a%FE`` named one conversation.
+    """
+    raw_path = request.scope.get("raw_path")
+    if isinstance(raw_path, bytes) and not _utf8(raw_path):
+        names = [name for name, value in request.path_params.items() if "\ufffd" in str(value)]
+        return names[0] if names else next(iter(request.path_params), "path")
+    for pair in bytes(request.scope.get("query_string", b"")).split(b"&"):
+        if not _utf8(pair):
+            return unquote_to_bytes(pair.partition(b"=")[0]).decode("utf-8", "replace")
+    return None

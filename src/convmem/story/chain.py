@@ -16,10 +16,12 @@ import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from convmem.errors import EmbedderError
-from convmem.story.memory import StoryHost, StoryMemory
+from pydantic import BaseModel, ValidationError
+
+from convmem.errors import EmbedderError, InvalidInputError
+from convmem.story.memory import StoryHost, StoryMemory, check_index
 from convmem.story.models import (
     CharactersConfig,
     EntityStateSnapshot,
@@ -32,6 +34,7 @@ from convmem.story.planner import RuleScenePlanner, SceneNeeds, ScenePlanner
 __all__ = ["build_scene_memory_context"]
 
 logger = logging.getLogger(__name__)
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 def build_scene_memory_context(
@@ -47,15 +50,17 @@ def build_scene_memory_context(
     top_k: int = 10,
     timeline_window: int = 2,
 ) -> SceneMemoryContext:
-    """Build (and optionally write as JSON) the memory context for one scene."""
-    scene = (
-        scene_plan if isinstance(scene_plan, ScenePlan) else ScenePlan.model_validate(scene_plan)
-    )
-    cast = (
-        characters
-        if isinstance(characters, CharactersConfig)
-        else CharactersConfig.model_validate(characters)
-    )
+    """Build (and optionally write as JSON) the memory context for one scene.
+
+    Raises:
+        InvalidInputError: a plan, cast or index no story read takes, naming the field
+            (past :data:`~convmem.story.models.MAX_CHAPTER` the context came back empty,
+            with only a ``degraded`` note).
+    """
+    scene = _parsed(ScenePlan, scene_plan, "scene_plan")
+    cast = _parsed(CharactersConfig, characters, "characters")
+    chapter_index = check_index(chapter_index, "chapter_index")
+    scene_index = check_index(scene_index, "scene_index")
     story = memory.story(project_id)
     degraded: list[str] = []
     default = RuleScenePlanner()
@@ -89,6 +94,18 @@ def build_scene_memory_context(
     if context.degraded:
         memory.count_degraded(len(context.degraded))
     return context
+
+
+def _parsed(model: type[_Model], value: _Model | dict[str, Any], name: str) -> _Model:
+    """``value`` as ``model``, or InvalidInputError naming the first bad field."""
+    if isinstance(value, model):
+        return value
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join([name, *(str(part) for part in error["loc"])])
+        raise InvalidInputError(f"{field}: {error['msg']}", field=field) from None
 
 
 def _relevant_memories(

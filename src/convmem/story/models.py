@@ -64,8 +64,10 @@ class ScenePlan(BaseModel):
         },
     )
 
-    chapter_index: int = Field(ge=0)
-    scene_index: int = Field(ge=0)
+    # the range every story read takes (an entity state's scene index too): past it the
+    # context came back empty, with only a `degraded` note
+    chapter_index: int = Field(ge=0, le=MAX_CHAPTER)
+    scene_index: int = Field(ge=0, le=MAX_CHAPTER)
     title: str = Field(default="", max_length=200)
     summary: str = Field(default="", max_length=4000)
     location: str | None = Field(default=None, max_length=200)

@@ -14,10 +14,12 @@ __all__ = ["router"]
 
 router = tenant_router("conversations")
 ConversationId = Annotated[str, Path(min_length=1, max_length=200)]
+# ":path": an id holding "/" (sent as %2F, which the server decodes) is still one id; the
+# suffix (/turns, /status...) picks the route
 
 
 @router.post(
-    "/conversations/{conversation_id}/turns",
+    "/conversations/{conversation_id:path}/turns",
     status_code=202,
     responses={**BODY_ERRORS, **documented(409), 200: {"model": TurnsOut}},
 )
@@ -57,13 +59,13 @@ def add_turns(
     )
 
 
-@router.get("/conversations/{conversation_id}/status", responses=documented(404))
+@router.get("/conversations/{conversation_id:path}/status")
 def status(conversation_id: ConversationId, memory: Caller) -> ConversationStatusOut:
     """Index backlog, last indexed turn and failed jobs of a conversation."""
     return ConversationStatusOut.model_validate(memory.status(conversation_id))
 
 
-@router.get("/conversations/{conversation_id}/turns", responses=documented(404))
+@router.get("/conversations/{conversation_id:path}/turns")
 def recent_turns(
     conversation_id: ConversationId,
     memory: Caller,
@@ -82,13 +84,13 @@ def recent_turns(
     ]
 
 
-@router.get("/conversations/{conversation_id}/marks", responses=documented(404))
+@router.get("/conversations/{conversation_id:path}/marks")
 def marks(conversation_id: ConversationId, memory: Caller) -> list[dict[str, Any]]:
     """Each turn's Stage 2 mark with its reason."""
     return [mark.model_dump(mode="json") for mark in memory.marks(conversation_id)]
 
 
-@router.get("/conversations/{conversation_id}/pins", responses=documented(404))
+@router.get("/conversations/{conversation_id:path}/pins")
 def pins(conversation_id: ConversationId, memory: Caller) -> list[dict[str, Any]]:
     """The conversation's pinned memories."""
     return [pin.model_dump(mode="json") for pin in memory.pins(conversation_id)]

@@ -32,6 +32,14 @@ def delete(body: DeleteIn, memory: Caller) -> DeleteOut:
 
 def _verdict(body: UpdateIn) -> bool:
     """``confirm``, or the seed's ``status`` / ``requires_confirmation`` forms, agreeing."""
+    if body.requires_confirmation is True and body.confirm is None and body.status is None:
+        # "still requires confirmation" is no verdict: read as a rejection, it silently
+        # rejected the note
+        raise InvalidInputError(
+            "requires_confirmation: true is not a verdict; send confirm: true to confirm the "
+            "note or confirm: false to reject it (or requires_confirmation: false to confirm)",
+            field="requires_confirmation",
+        )
     verdicts = {
         body.confirm,
         None if body.status is None else body.status == "confirmed",
@@ -43,7 +51,14 @@ def _verdict(body: UpdateIn) -> bool:
             "false), and not two that disagree",
             field="confirm",
         )
-    return verdicts.pop() is True
+    confirm = verdicts.pop() is True
+    if not confirm and body.evidence_level == "S3_user_confirmed":
+        raise InvalidInputError(
+            "evidence_level S3_user_confirmed says the user confirmed the note, but the verdict "
+            "rejects it; leave evidence_level out to reject, or send confirm: true",
+            field="evidence_level",
+        )
+    return confirm
 
 
 @router.post("/update", responses={**BODY_ERRORS, **documented(404)})
