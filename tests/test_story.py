@@ -191,6 +191,49 @@ def test_a_filter_finds_every_match_however_far_down_it_ranks(tmp_path: Path) ->
             search_story_memory_tool("p", "林晚", entities=7, memory=memory)  # type: ignore[arg-type]
 
 
+def test_story_chunks_and_states_can_be_deleted_and_purged(tmp_path: Path) -> None:
+    path = tmp_path / "story.db"
+    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
+        story = memory.story("novel")
+        secret, kept = story.add_memory_chunks(
+            [
+                {
+                    "chapter_index": 1,
+                    "scene_index": 1,
+                    "content": "林晚在码头发现了刻着qqzzyy的铜钥匙",
+                },
+                {
+                    "chapter_index": 1,
+                    "scene_index": 2,
+                    "content": "沈舟在码头等船，铜钥匙还在他手里",
+                },
+            ]
+        )
+        story.add_entity_state(
+            {"entity_id": "林晚", "chapter_index": 1, "scene_index": 1, "state": {"at": "码头"}},
+            {"entity_id": "沈舟", "chapter_index": 1, "scene_index": 1, "state": {"at": "船上"}},
+        )
+        other = memory.for_tenant("t2").story("novel")
+        (theirs,) = other.add_memory_chunks(
+            [{"chapter_index": 1, "scene_index": 1, "content": "另一个租户的qqzzyy"}]
+        )
+        other.delete_chunks([theirs])
+        result = story.delete_chunks([secret, "story_nope"])
+        assert result.deleted == 1 and len(result.errors) == 1
+        found = search_story_memory_tool("novel", "铜钥匙 码头", top_k=10, memory=memory)
+        assert [chunk.chunk_id for chunk in found] == [kept]
+        assert story.delete_entity("林晚") == 1
+        assert get_entity_state_tool("novel", "林晚", 9, 9, memory=memory) is None
+        assert get_entity_state_tool("novel", "沈舟", 9, 9, memory=memory) is not None
+        assert memory.purge()["chunks"] == 1  # this tenant's story text, not t2's
+    data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert data.count(b"qqzzyy") == 1  # t2's deleted text waits for t2's purge
+    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
+        assert memory.for_tenant("t2").purge()["chunks"] == 1
+    data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert b"qqzzyy" not in data
+
+
 def test_projects_and_tenants_are_isolated(novel: Memory) -> None:
     other = novel.story("other")
     other.add_memory_chunks(

@@ -38,6 +38,13 @@ class StoryMethods(FacadeBase):
         checked = [snapshot.model_dump() for snapshot in snapshots]
         return self._engine.store.put_entity_states(self._tenant, checked)
 
+    def delete_entity_states(self, project_id: str, entity_id: str) -> int:
+        """Remove every snapshot of one entity of a project from the store (no tombstone:
+        gone at once, from every read); how many were removed."""
+        return self._engine.store.delete_entity_states(
+            self._tenant, check_project(project_id), check_entity(entity_id)
+        )
+
     def latest_entity_state(
         self, project_id: str, entity_id: str, point: tuple[int, int], *, inclusive: bool = True
     ) -> dict[str, Any] | None:

@@ -376,14 +376,21 @@ class ChunkTables(GovernanceTables):
 
     def purge(self, tenant: str | None) -> dict[str, int]:
         """Physically remove deleted text of one tenant (None: every tenant, an operator's
-        command): tombstoned chunks, deleted turns' text, deleted or expired notes.
+        command): tombstoned chunks, its story projects' too (their spaces are named
+        ``tenant + "\\x1f" + ...``, and no tenant name holds a control character), deleted
+        turns' text, deleted or expired notes.
 
         Turn rows stay as tombstones (id and hash only) so a re-sent deleted turn is
         recognised and not stored again.
         """
         scope, params = ("", []) if tenant is None else (" AND tenant=?", [tenant])
+        spaces: list[Any] = [] if tenant is None else [tenant, len(tenant) + 1, tenant + "\x1f"]
         with self._write() as conn:
-            chunks = conn.execute("DELETE FROM chunks WHERE deleted=1" + scope, params).rowcount
+            chunks = conn.execute(
+                "DELETE FROM chunks WHERE deleted=1"
+                + ("" if tenant is None else " AND (tenant=? OR substr(tenant, 1, ?)=?)"),
+                spaces,
+            ).rowcount
             turns = conn.execute(
                 "UPDATE turns SET text=NULL, name=NULL, meta='{}' WHERE deleted=1 AND "
                 "text IS NOT NULL" + scope,

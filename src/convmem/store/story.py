@@ -75,6 +75,16 @@ class StoryTables(Backend):
             )
         return len(snapshots)
 
+    def delete_entity_states(self, tenant: str, project_id: str, entity_id: str) -> int:
+        """Physically remove every snapshot of one entity of a project; how many."""
+        with self._write() as conn:
+            return int(
+                conn.execute(
+                    "DELETE FROM entity_states WHERE tenant=? AND project_id=? AND entity_id=?",
+                    (tenant, project_id, entity_id),
+                ).rowcount
+            )
+
     def latest_entity_state(
         self,
         tenant: str,

@@ -45,6 +45,13 @@ class _Upserted(Protocol):
     def errors(self) -> list[str]: ...
 
 
+class _Deleted(Protocol):
+    @property
+    def deleted(self) -> int: ...
+    @property
+    def errors(self) -> list[str]: ...
+
+
 class StoryHost(Protocol):
     """The public methods of a tenant's memory that story memory uses (``convmem.Memory``
     is one); story memory never reaches the store itself."""
@@ -55,6 +62,15 @@ class StoryHost(Protocol):
     def story_space(self, project_id: str) -> StoryHost: ...
 
     def upsert_chunks(self, chunks: Sequence[ChunkRecord]) -> _Upserted: ...
+
+    def delete(
+        self,
+        conversation_id: str,
+        turn_range: Sequence[int] | None = None,
+        chunk_ids: Sequence[str] | None = None,
+    ) -> _Deleted: ...
+
+    def delete_entity_states(self, project_id: str, entity_id: str) -> int: ...
 
     @property
     def searcher(self) -> Searcher: ...
@@ -259,6 +275,20 @@ class StoryMemory:
             for snapshot in self.parse(EntityStateSnapshot, snapshots, "states")
         ]
         return self._memory.put_entity_states(self.project_id, rows)
+
+    def delete_chunks(self, chunk_ids: Sequence[str] | None = None) -> _Deleted:
+        """Delete story chunks of this project by id (None: every chunk of the project).
+
+        Deleted chunks are never returned again; ``Memory.purge`` (``convmem purge``)
+        removes their text from the store. Ids this project does not hold are listed in
+        the result's ``errors``.
+        """
+        return self._space.delete(self.project_id, chunk_ids=chunk_ids)
+
+    def delete_entity(self, entity_id: str) -> int:
+        """Remove every state snapshot of one entity of this project (physically, at once);
+        how many were removed."""
+        return self._memory.delete_entity_states(self.project_id, entity_id)
 
     # -- tools ----------------------------------------------------------------------------
 
