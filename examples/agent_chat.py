@@ -34,7 +34,10 @@ def reply(message: str, recalled: list[str]) -> str:
 def chat(memory: Memory, conversation_id: str, messages: list[str]) -> list[str]:
     """Run the loop over ``messages``; returns the agent's replies."""
     replies = []
-    turn_id = len(memory.recent_turns(conversation_id, limit=1000))
+    # after the highest id ever stored: counting live turns would reuse the id of a deleted
+    # turn (ids stay retired) and miss turns past the count's limit
+    last_turn = memory.status(conversation_id)["last_turn"]
+    turn_id = 0 if last_turn is None else last_turn + 1
     for message in messages:
         hits = memory.search(message, top_k=3, filters={"conversation_id": conversation_id})
         answer = reply(message, [hit.text for hit in hits if hit.score > 0])

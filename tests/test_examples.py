@@ -29,6 +29,19 @@ def test_agent_chat_recalls_what_the_user_said_earlier(tmp_path: Path) -> None:
         assert memory.stats()["turns"] == 2 * len(example["SCRIPT"])
 
 
+def test_agent_chat_resumes_a_conversation_after_a_delete(tmp_path: Path) -> None:
+    """The next turn id follows the highest ever stored: a deleted turn's id is retired."""
+    example = _load("agent_chat.py")
+    from convmem import HashingEmbedder, Memory
+
+    with Memory.open(str(tmp_path / "a.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        example["chat"](memory, "c", example["SCRIPT"][:2])  # turns 0-3
+        memory.delete("c", turn_range=(0, 1))
+        example["chat"](memory, "c", example["SCRIPT"][2:3])  # two live turns: not id 2
+        turn_ids = [turn.turn_id for turn in memory.recent_turns("c")]
+        assert turn_ids == [2, 3, 4, 5]
+
+
 def test_agent_chat_runs_as_a_script() -> None:
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "agent_chat.py")],

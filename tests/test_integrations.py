@@ -11,6 +11,7 @@ import pytest
 
 from convmem import Memory
 from convmem.aio import AsyncMemory
+from convmem.errors import InvalidInputError
 from helpers import make_turns
 
 FACTS = ["我护照是2025年2月18日过期的。", "了解，我记下了。"]
@@ -52,6 +53,29 @@ def test_langchain_retriever_returns_documents_of_one_conversation(memory: Memor
     )
     again = asyncio.run(retriever.ainvoke("护照哪天过期"))
     assert [d.page_content for d in again] == [d.page_content for d in documents]
+
+
+def test_retrievers_refuse_filters_naming_another_conversation(memory: Memory) -> None:
+    """filters' conversation_id used to be overwritten silently by conversation_id."""
+    _extra("langchain_core")
+    _extra("llama_index.core")
+    from convmem.integrations import langchain, llamaindex
+
+    _filled(memory)
+    for adapter in (langchain, llamaindex):
+        clash = adapter.ConvmemRetriever(
+            memory=memory, conversation_id="trip", filters={"conversation_id": "car"}
+        )
+        with pytest.raises(InvalidInputError, match=r"'trip'.*'car'") as caught:
+            clash.invoke("护照") if adapter is langchain else clash.retrieve("护照")
+        assert caught.value.field == "filters.conversation_id"
+        same = adapter.ConvmemRetriever(
+            memory=memory, conversation_id="trip", filters={"conversation_id": "trip"}, k=3
+        )
+        found = (
+            same.invoke("护照哪天过期") if adapter is langchain else same.retrieve("护照哪天过期")
+        )
+        assert found
 
 
 def test_llamaindex_retriever_returns_scored_nodes(memory: Memory) -> None:
@@ -141,3 +165,19 @@ def test_langgraph_store_round_trips_searches_and_forgets(memory: Memory) -> Non
     assert store.get(("alice", "prefs"), "seat") is None
     assert "seat" not in [hit.key for hit in store.search(("alice",), query="座位")]
     assert asyncio.run(store.aget(("bob", "prefs"), "seat")) is not None
+
+
+def test_langgraph_store_refuses_a_value_json_cannot_hold(memory: Memory) -> None:
+    _extra("langgraph")
+    from datetime import UTC, datetime
+
+    from convmem.integrations.langgraph import ConvmemStore
+
+    store = ConvmemStore(memory)
+    moment = datetime(2026, 2, 2, tzinfo=UTC)
+    with pytest.raises(InvalidInputError, match=r"value\.trip\.when holds a datetime.*isoformat"):
+        store.put(("alice", "plans"), "trip", {"text": "东京", "trip": {"when": moment}})
+    with pytest.raises(InvalidInputError) as caught:
+        store.put(("alice", "plans"), "tags", {"text": "x", "tags": ["a", {1, 2}]})
+    assert caught.value.field == "value.tags[1]"
+    assert store.get(("alice", "plans"), "trip") is None  # nothing was stored

@@ -55,6 +55,8 @@ async def _session_run(store: Path) -> dict[str, Any]:
         seen["after"] = [hit["text"] for hit in after]
         bad = await session.call_tool("recall", {"query": "车位", "top_k": 0})
         seen["bad"] = (bad.is_error, bad.content[0].text)
+        typed = await session.call_tool("recall", {"query": "车位", "top_k": "abc"})
+        seen["typed"] = (typed.is_error, typed.content[0].text)
         whole = await session.call_tool("forget", {"conversation_id": "c"})
         seen["whole"] = (whole.is_error, whole.content[0].text)
     return seen
@@ -68,6 +70,8 @@ def test_an_mcp_client_remembers_recalls_and_forgets_over_stdio(tmp_path: Path) 
     assert seen["turns_deleted"] == 2 and seen["after"] == []
     is_error, message = seen["bad"]
     assert is_error and "top_k" in message  # the HTTP API's validation, field named
+    is_error, message = seen["typed"]
+    assert is_error and "InvalidInputError (field top_k): top_k: " in message
     is_error, message = seen["whole"]
     assert is_error and "all=true" in message  # a whole conversation needs an explicit all
 
@@ -105,3 +109,24 @@ def test_recall_is_brief_unless_asked_for_full_detail(tmp_path: Path) -> None:
         assert hinted and "evidence" not in hinted[0]["metadata"]
         with pytest.raises(ToolError, match="field detail"):  # in process, an error raises
             recall(detail="everything")
+
+
+def test_argument_type_errors_read_like_the_tools_own_errors(tmp_path: Path) -> None:
+    """The SDK's own argument check once answered with pydantic's multi-line text and a
+    URL; docs/mcp.md promises ``InvalidInputError (field top_k): ...``."""
+    from convmem import HashingEmbedder, Memory
+    from convmem.mcp import build_server
+
+    with Memory.open(tmp_path / "m.db", embedder=HashingEmbedder(), workers=0) as memory:
+        server = build_server(memory)
+        for name, arguments, field in (
+            ("recall", {"query": "车位", "top_k": "abc"}, "top_k"),
+            ("remember", {"conversation_id": "c", "turns": "hello"}, "turns"),
+            ("recall", {}, "query"),
+        ):
+            with pytest.raises(ToolError) as caught:
+                asyncio.run(server.call_tool(name, arguments))
+            message = str(caught.value)
+            assert f"InvalidInputError (field {field}): {field}: " in message, message
+            assert "\n" not in message and "pydantic.dev" not in message
+        assert memory.stats()["turns"] == 0

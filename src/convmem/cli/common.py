@@ -4,28 +4,39 @@ the index with a progress bar."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from convmem.cli.progress import Progress
-from convmem.errors import FlushTimeoutError
+from convmem.errors import FlushTimeoutError, InvalidInputError
 from convmem.settings import Settings
 
 if TYPE_CHECKING:
     from convmem import Memory
 
 __all__ = [
+    "MAX_TEXT_CHARS",
     "bounded_float",
     "bounded_int",
+    "check_port_free",
     "drain_index",
     "open_memory",
     "print_json",
     "quiet",
+    "read_json_file",
+    "read_text_file",
     "seconds",
     "settings_of",
 ]
+
+
+# The longest turn text the CLI stores; ingest checks a whole file against it up front.
+MAX_TEXT_CHARS = 32000
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
@@ -55,6 +66,7 @@ def open_memory(
         embedder=resolve_embedder(settings.embedder) if settings.embedder else None,
         tenant=settings.tenant,
         workers=workers,
+        max_text_chars=MAX_TEXT_CHARS,
         allow_model_change=allow_model_change,
         chunking=chunking,
         marker=resolve_marker(
@@ -65,6 +77,68 @@ def open_memory(
         ),
         policy=settings.policy,
     )
+
+
+def read_text_file(name: str, *, field: str) -> str:
+    """The text of a UTF-8 file given on the command line (a byte order mark is accepted).
+
+    Raises:
+        InvalidInputError: the path holds a NUL, or the file is not UTF-8 (naming ``field``).
+        OSError: the file is missing or unreadable.
+    """
+    if "\x00" in name:
+        raise InvalidInputError("the file path holds a NUL character; check it", field=field)
+    try:
+        # utf-8-sig: editors on Windows save UTF-8 with a byte order mark
+        return Path(name).read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            f"{name} is not UTF-8 (byte {exc.start}); save it as UTF-8", field=field
+        ) from None
+
+
+def read_json_file(name: str, *, field: str) -> Any:
+    """The JSON value of a UTF-8 file given on the command line.
+
+    Raises:
+        InvalidInputError: the file is not UTF-8 or not JSON (naming the file and ``field``).
+    """
+    try:
+        return json.loads(read_text_file(name, field=field))
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(
+            f"{name} is not valid JSON ({exc}); fix the file", field=field
+        ) from None
+
+
+def check_port_free(host: str, port: int, *, option: str) -> None:
+    """Refuse, before anything starts, a port this process cannot listen on.
+
+    Binds and releases a socket as the server will (``SO_REUSEADDR``, as uvicorn), so a
+    port in use is one clear line naming ``option`` instead of the server's own exit.
+
+    Raises:
+        InvalidInputError: the port is in use, or ``host:port`` cannot be bound.
+    """
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise InvalidInputError(
+                f"port {port} on {host} is in use (another server?); stop it or pick another "
+                f"with {option} PORT",
+                field=option,
+            ) from None
+        raise InvalidInputError(
+            f"cannot listen on {host} port {port}: {exc.strerror or exc}; pick another "
+            f"{option}" + (" or --host" if option == "--port" else ""),
+            field=option,
+        ) from None
 
 
 def print_json(value: Any) -> None:

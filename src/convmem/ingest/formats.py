@@ -12,7 +12,12 @@ from typing import Any
 from convmem.errors import InvalidInputError
 from convmem.text.dates import MONTHS
 
-__all__ = ["iter_conversations", "locomo_conversation", "parse_locomo_time"]
+__all__ = [
+    "iter_conversations",
+    "iter_located_conversations",
+    "locomo_conversation",
+    "parse_locomo_time",
+]
 
 _LOCOMO_TIME = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+(\w+),?\s+(\d{4})", re.I)
 _MONTHS = {name: index for index, name in enumerate(MONTHS, start=1)}
@@ -70,10 +75,19 @@ def iter_conversations(path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]
     """Conversations in a file, in file order.
 
     ``.jsonl``: one turn per line with ``conversation_id`` (consecutive lines of one
-    conversation form a batch). ``.json``: a LoCoMo sample or a list of them.
+    conversation form a batch). ``.json``: a LoCoMo sample or a list of them. A UTF-8 byte
+    order mark is accepted.
     """
+    for conversation_id, turns, _where in iter_located_conversations(path):
+        yield conversation_id, turns
+
+
+def iter_located_conversations(path: Path) -> Iterator[tuple[str, list[dict[str, Any]], list[str]]]:
+    """Like :func:`iter_conversations`, with where each turn came from: ``"FILE:LINE"`` for
+    ``.jsonl``, ``"FILE sample N"`` for ``.json`` (for error messages that name the line)."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        # utf-8-sig: editors on Windows save UTF-8 with a byte order mark
+        text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InvalidInputError(
             f"{path} is not UTF-8 (byte {exc.start}); save it as UTF-8", field="file"
@@ -87,10 +101,12 @@ def iter_conversations(path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]
                 field="file",
             ) from None
         for index, sample in enumerate(data if isinstance(data, list) else [data]):
-            yield _locomo_sample(path, index, sample)
+            sample_id, turns = _locomo_sample(path, index, sample)
+            yield sample_id, turns, [f"{path} sample {index}"] * len(turns)
         return
     current: str | None = None
     batch: list[dict[str, Any]] = []
+    where: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -108,12 +124,13 @@ def iter_conversations(path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]
             )
         if conversation_id != current and batch:
             assert current is not None
-            yield current, batch
-            batch = []
+            yield current, batch, where
+            batch, where = [], []
         current = conversation_id
         batch.append(row)
+        where.append(f"{path}:{number}")
     if batch and current is not None:
-        yield current, batch
+        yield current, batch, where
 
 
 def _locomo_sample(path: Path, index: int, sample: Any) -> tuple[str, list[dict[str, Any]]]:

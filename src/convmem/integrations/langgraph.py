@@ -118,6 +118,49 @@ def _item(metadata: Mapping[str, Any], score: float | None = None) -> SearchItem
     )
 
 
+def _not_json(value: Any, where: str) -> tuple[str, Any] | None:
+    """The first place in ``value`` that JSON cannot hold, and what is there."""
+    if isinstance(value, Mapping):
+        children: Iterable[tuple[str, Any]] = (
+            (f"{where}.{key}", child) for key, child in value.items()
+        )
+    elif isinstance(value, list | tuple):
+        children = ((f"{where}[{index}]", child) for index, child in enumerate(value))
+    elif value is None or isinstance(value, str | int | float | bool):
+        return None
+    else:
+        return where, value
+    for place, child in children:
+        found = _not_json(child, place)
+        if found is not None:
+            return found
+    return None
+
+
+def _json_text(value: Mapping[str, Any]) -> str:
+    """``value`` as JSON, or InvalidInputError naming the field JSON cannot hold (values are
+    kept exactly, as JSON, like LangGraph's own stores keep them)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        found = _not_json(value, "value")
+        if found is None:
+            raise InvalidInputError(
+                f"value cannot be stored as JSON ({exc}); send a dict of strings, numbers, "
+                "bools, None, lists and dicts with string keys",
+                field="value",
+            ) from None
+        where, what = found
+        fix = (
+            "send it as an ISO 8601 string (.isoformat())"
+            if isinstance(what, datetime)
+            else "send a string, number, bool, None, list or dict instead"
+        )
+        raise InvalidInputError(
+            f"{where} holds a {type(what).__name__}, which JSON cannot store; {fix}", field=where
+        ) from None
+
+
 #: An item read from the store and its TTL in minutes (None: it never expires).
 Found = tuple[SearchItem, float | None]
 
@@ -311,7 +354,7 @@ class ConvmemStore(BaseStore):
         moment = self.memory.clock.now()
         now = datetime.fromtimestamp(moment, UTC).isoformat()
         created = old[0].metadata.model_dump()["lg_created_at"] if old else now
-        whole = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        whole = _json_text(value)
         if index is False:
             searched = ""
         elif index is None or index is True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from convmem.errors import InvalidInputError
 from convmem.memory import Memory
 from convmem.models import Hit
 
@@ -23,9 +24,20 @@ class RetrieverScope(Protocol):
 
 
 def search_scope(retriever: RetrieverScope, query: str) -> list[Hit]:
-    """Hits for ``query`` in the retriever's conversation (the whole tenant when None)."""
+    """Hits for ``query`` in the retriever's conversation (the whole tenant when None).
+
+    Raises:
+        InvalidInputError: ``filters`` names another conversation than ``conversation_id``.
+    """
     scope = dict(retriever.filters or {})
     if retriever.conversation_id is not None:
+        named = scope.get("conversation_id", retriever.conversation_id)
+        if named != retriever.conversation_id:
+            raise InvalidInputError(
+                f"conversation_id {retriever.conversation_id!r} and filters' conversation_id "
+                f"{named!r} disagree; name the conversation once (drop one of them)",
+                field="filters.conversation_id",
+            )
         scope["conversation_id"] = retriever.conversation_id
     return retriever.memory.search(
         query,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from pydantic import BaseModel, ValidationError
 
 from convmem.errors import ConvmemError, InvalidInputError
@@ -53,9 +53,33 @@ def _tool_errors(function: _Tool) -> _Tool:
     return wrapped  # type: ignore[return-value]
 
 
+def _argument_error(exc: ValidationError) -> str:
+    """An argument the SDK refused (a wrong type, a missing one), told as the tools tell
+    their own input errors: ``InvalidInputError (field top_k): top_k: ...``."""
+    problems = exc.errors()
+    field = ".".join(str(part) for part in problems[0]["loc"]) or "arguments"
+    message = "required; send it" if problems[0]["type"] == "missing" else problems[0]["msg"]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"InvalidInputError (field {field}): {field}: {message}{more}"
+
+
+class _Server(MCPServer[Any]):
+    """The SDK's server, with its argument validation errors in the tools' own form
+    instead of pydantic's multi-line text (docs/mcp.md)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            raise ToolError(f"Error executing tool {name}: {_argument_error(cause)}") from cause
+
+
 def build_server(memory: Memory) -> MCPServer:
     """An MCP server whose tools read and write ``memory`` (one tenant)."""
-    server = MCPServer(
+    server = _Server(
         "convmem",
         instructions="Long-term conversation memory: remember turns, recall evidence with "
         "filters and retrieval hints, forget by turn range or chunk id, confirm notes, and "

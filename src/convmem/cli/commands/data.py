@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from convmem.cli.common import (
+    MAX_TEXT_CHARS,
     bounded_float,
     bounded_int,
     drain_index,
@@ -18,8 +21,11 @@ from convmem.cli.common import (
     quiet,
     seconds,
 )
+from convmem.cli.errors import EXIT_USAGE, say
 from convmem.cli.progress import Progress
-from convmem.errors import InvalidInputError
+from convmem.errors import ConvmemError, InvalidInputError
+from convmem.ids import check_conversation_id
+from convmem.models import Turn, parse_turns
 from convmem.retrieve import DEFAULT_MIN_SCORE
 
 if TYPE_CHECKING:
@@ -28,21 +34,100 @@ if TYPE_CHECKING:
 __all__ = ["ingest_file", "register", "show_hits"]
 
 
+_TURN_FIELD = re.compile(r"turns\[(\d+)\]\.?(.*)")
+
+
+def _located(
+    exc: InvalidInputError, conversation_id: str, where: Sequence[str], stored: str
+) -> InvalidInputError:
+    """``exc`` about ``turns[i].field`` of a batch, told as the file line it came from."""
+    errors: list[dict[str, Any]] = []
+    for problem in exc.errors:
+        match = _TURN_FIELD.fullmatch(str(problem.get("field") or ""))
+        line = where[int(match[1])] if match and int(match[1]) < len(where) else where[0]
+        field = match[2] if match and match[2] else "turn"
+        errors.append({"line": line, "field": field, "message": str(problem.get("message"))})
+    first = errors[0]
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return type(exc)(
+        f"{first['line']} (conversation {conversation_id!r}): {first['field']}: "
+        f"{first['message']}{more}; fix the line and ingest the file again. {stored}",
+        field=f"{first['line']}.{first['field']}",
+        errors=[{"field": f"{e['line']}.{e['field']}", "message": e["message"]} for e in errors],
+    )
+
+
+def _stored_so_far(counts: dict[str, int]) -> str:
+    if not counts:
+        return "Nothing from the file was stored."
+    named = ", ".join(f"{cid!r} ({n})" for cid, n in list(counts.items())[:5])
+    more = f" and {len(counts) - 5} more" if len(counts) > 5 else ""
+    return (
+        f"Stored before it: {sum(counts.values())} new turn(s) of {len(counts)} "
+        f"conversation(s), {named}{more}; ingesting the file again skips them as duplicates."
+    )
+
+
+def _read_turns(path: Path, batch: int) -> list[tuple[str, list[tuple[list[Turn], list[str]]]]]:
+    """Every conversation of the file, validated as add_turns would, in batches of ``batch``.
+
+    The whole file is checked before anything is stored, so a bad line stores nothing.
+    """
+    from convmem.ingest.formats import iter_located_conversations
+
+    nothing = _stored_so_far({})
+    conversations: list[tuple[str, list[tuple[list[Turn], list[str]]]]] = []
+    for conversation_id, rows, where in iter_located_conversations(path):
+        try:
+            check_conversation_id(conversation_id)
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"{where[0]}: {exc}; fix the line and ingest the file again. {nothing}",
+                field=f"{where[0]}.conversation_id",
+            ) from None
+        batches: list[tuple[list[Turn], list[str]]] = []
+        for start in range(0, len(rows), batch):
+            lines = where[start : start + batch]
+            try:
+                turns = parse_turns(rows[start : start + batch], max_text_chars=MAX_TEXT_CHARS)
+            except InvalidInputError as exc:
+                raise _located(exc, conversation_id, lines, nothing) from None
+            batches.append((turns, lines))
+        conversations.append((conversation_id, batches))
+    return conversations
+
+
 def ingest_file(
     memory: Memory, path: Path, *, bar: Progress | None = None, batch: int = 500
 ) -> dict[str, int]:
-    from convmem.ingest.formats import iter_conversations
+    """Store every turn of a ``.jsonl`` or LoCoMo ``.json`` file; returns the counts.
 
-    accepted = duplicates = conversations = 0
-    for conversation_id, turns in iter_conversations(path):
-        conversations += 1
-        for start in range(0, len(turns), batch):
-            receipt = memory.add_turns(conversation_id, turns[start : start + batch])
-            accepted += len(receipt.accepted_turn_ids)
+    Raises:
+        InvalidInputError: a line is invalid (nothing was stored), or a turn conflicts with
+            one already stored (the message says what was stored before it); either names
+            ``FILE:LINE`` and the conversation.
+    """
+    conversations = _read_turns(path, batch)
+    stored: dict[str, int] = {}
+    duplicates = 0
+    for conversation_id, batches in conversations:
+        for turns, lines in batches:
+            try:
+                receipt = memory.add_turns(conversation_id, turns)
+            except InvalidInputError as exc:  # a conflict with a turn already in the store
+                raise _located(exc, conversation_id, lines, _stored_so_far(stored)) from None
+            if receipt.accepted_turn_ids:
+                stored[conversation_id] = stored.get(conversation_id, 0) + len(
+                    receipt.accepted_turn_ids
+                )
             duplicates += len(receipt.duplicate_turn_ids)
             if bar is not None:
-                bar.advance(len(turns[start : start + batch]))
-    return {"conversations": conversations, "accepted": accepted, "duplicates": duplicates}
+                bar.advance(len(turns))
+    return {
+        "conversations": len(conversations),
+        "accepted": sum(stored.values()),
+        "duplicates": duplicates,
+    }
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -52,8 +137,16 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     with path.open("rb"):  # a missing or unreadable file fails before the store is opened
         pass
     with open_memory(args) as memory:
-        with Progress.for_terminal("reading turns", quiet=quiet(args)) as bar:
-            counts = ingest_file(memory, path, bar=bar)
+        try:
+            with Progress.for_terminal("reading turns", quiet=quiet(args)) as bar:
+                counts = ingest_file(memory, path, bar=bar)
+        except ConvmemError:
+            # what was stored before the failure is searchable, not left pending; the
+            # failure itself is the error to report
+            if not args.no_wait:
+                with contextlib.suppress(ConvmemError):
+                    drain_index(memory, args, timeout=args.timeout)
+            raise
         if not args.no_wait:
             counts["failed_jobs"] = drain_index(memory, args, timeout=args.timeout)
         print_json(counts)
@@ -87,6 +180,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not isinstance(filters, dict):
         raise InvalidInputError("--filter must be a JSON object", field="--filter")
     if args.conversation:
+        named = filters.get("conversation_id", args.conversation)
+        if named != args.conversation:
+            raise InvalidInputError(
+                f"--conversation {args.conversation!r} and --filter's conversation_id "
+                f"{json.dumps(named, ensure_ascii=False)} disagree; name the conversation once "
+                "(drop one of them)",
+                field="--conversation",
+            )
         filters["conversation_id"] = args.conversation
     with open_memory(args) as memory:
         hits = memory.search(
@@ -150,6 +251,14 @@ def cmd_delete(args: argparse.Namespace) -> int:
                 "errors": result.errors,
             }
         )
+    if result.errors:
+        # the JSON above says what was deleted; the exit code says not all of it was
+        say(
+            f"{len(result.errors)} --chunk-id value(s) deleted nothing: {result.errors[0]}"
+            f"{' (and more)' if len(result.errors) > 1 else ''}; check the ids (each "
+            "search hit shows its chunk_id)"
+        )
+        return EXIT_USAGE
     return 0
 
 
@@ -164,6 +273,13 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 def cmd_rechunk(args: argparse.Namespace) -> int:
     from convmem.ingest import ChunkingPolicy
 
+    if args.overlap >= args.max_turns:
+        raise InvalidInputError(
+            f"--overlap {args.overlap} must be smaller than --max-turns {args.max_turns} "
+            "(turns a chunk repeats from the one before it); lower --overlap or raise "
+            "--max-turns",
+            field="--overlap",
+        )
     policy = ChunkingPolicy(
         max_chars=args.max_chars,
         max_turns=args.max_turns,
@@ -205,7 +321,9 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     ingest = sub.add_parser(
         "ingest", parents=common, help="ingest a .jsonl of turns or a LoCoMo-style .json"
     )
-    ingest.add_argument("file")
+    ingest.add_argument(
+        "file", help="checked whole (UTF-8, a BOM is fine) before any of it is stored"
+    )
     ingest.add_argument("--no-wait", action="store_true", help="return once turns are durable")
     ingest.add_argument("--timeout", type=seconds, default=600.0)
     ingest.set_defaults(func=cmd_ingest)

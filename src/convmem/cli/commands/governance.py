@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from convmem.cli.common import bounded_int, drain_index, open_memory, print_json, quiet, seconds
+from convmem.cli.common import (
+    bounded_int,
+    drain_index,
+    open_memory,
+    print_json,
+    quiet,
+    read_json_file,
+    seconds,
+)
 from convmem.errors import InvalidInputError
 
 __all__ = ["register"]
@@ -36,6 +43,8 @@ def _mark_line(item: Any) -> tuple[str, str]:
 def cmd_marks(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
         marks = memory.marks(args.conversation)
+        if args.kept:
+            marks = [item for item in marks if item.mark.keep]
         if quiet(args):
             print_json([mark.model_dump(mode="json") for mark in marks])
             return 0
@@ -45,8 +54,6 @@ def cmd_marks(args: argparse.Namespace) -> int:
                 f"{memory.stats()['store']})"
             )
         for item in marks:
-            if args.kept and not item.mark.keep:
-                continue
             for line in _mark_line(item):
                 print(line)
     return 0
@@ -72,6 +79,12 @@ def cmd_notes(args: argparse.Namespace) -> int:
 
 
 def cmd_note(args: argparse.Namespace) -> int:
+    if args.action == "reject" and args.evidence is not None:
+        raise InvalidInputError(
+            "--evidence records the evidence level of a confirmed note; a rejected note "
+            "keeps none: drop --evidence, or use 'convmem note confirm'",
+            field="--evidence",
+        )
     with open_memory(args) as memory:
         note = memory.update_note(
             args.note_id, confirm=args.action == "confirm", evidence_level=args.evidence
@@ -92,12 +105,13 @@ def cmd_policy(args: argparse.Namespace) -> int:
                 raise InvalidInputError(
                     "the file path holds a NUL character; check it", field="file"
                 )
-            try:
-                overrides = json.loads(Path(args.file).read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
+            overrides = read_json_file(args.file, field="file")
+            if not isinstance(overrides, dict):
                 raise InvalidInputError(
-                    f"{args.file} is not valid JSON ({exc}); fix the file", field="file"
-                ) from None
+                    f"{args.file} holds {json.dumps(overrides)[:40]}: the policy must be a "
+                    "JSON object of overrides; use 'convmem policy clear' to clear it",
+                    field="file",
+                )
             memory.set_policy(overrides)
         elif args.action == "clear":
             memory.set_policy(None)
@@ -135,7 +149,8 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     note.add_argument("action", choices=["confirm", "reject"])
     note.add_argument("note_id")
     note.add_argument(
-        "--evidence", help="evidence level to record on confirm, e.g. S3_user_confirmed"
+        "--evidence",
+        help="evidence level to record on confirm, e.g. S3_user_confirmed (not with reject)",
     )
     note.add_argument("--timeout", type=seconds, default=600.0)
     note.set_defaults(func=cmd_note)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from convmem.cli.common import open_memory
+from convmem.cli.common import bounded_int, check_port_free, open_memory
 from convmem.embed.threads import one_blas_thread_for_process
 from convmem.worker.heap import freeze_startup_heap
 
@@ -15,6 +15,8 @@ __all__ = ["register"]
 def cmd_mcp(args: argparse.Namespace) -> int:
     from convmem.mcp import build_server
 
+    if args.http is not None:
+        check_port_free("127.0.0.1", args.http, option="--http")
     with open_memory(args, workers=1) as memory:
         server = build_server(memory)
         memory.warm_up()
@@ -36,6 +38,9 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         "confirm_note and scene_context over this store and tenant.",
     )
     mcp.add_argument(
-        "--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT"
+        "--http",
+        type=bounded_int(0, 65535),
+        metavar="PORT",
+        help="serve streamable HTTP on 127.0.0.1:PORT",
     )
     mcp.set_defaults(func=cmd_mcp)

@@ -8,7 +8,14 @@ import sys
 import time
 from typing import Any
 
-from convmem.cli.common import bounded_float, bounded_int, open_memory, print_json, settings_of
+from convmem.cli.common import (
+    bounded_float,
+    bounded_int,
+    check_port_free,
+    open_memory,
+    print_json,
+    settings_of,
+)
 from convmem.embed.threads import one_blas_thread_for_process
 from convmem.engine import MAX_WORKERS
 from convmem.errors import InvalidInputError
@@ -49,6 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from convmem.server import ServerSettings, create_app
 
     settings = settings_of(args)
+    check_port_free(args.host, args.port, option="--port")
     server_settings = ServerSettings(
         store=settings.store,
         embedder=settings.embedder,

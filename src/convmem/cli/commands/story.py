@@ -16,6 +16,7 @@ from convmem.cli.common import (
     drain_index,
     open_memory,
     print_json,
+    read_text_file,
     seconds,
     settings_of,
 )
@@ -36,8 +37,24 @@ def cmd_story(args: argparse.Namespace) -> int:
     from convmem.story import load_project
 
     with open_memory(args) as memory:
-        print_json(load_project(memory, args.project, Path(args.folder)))
+        try:
+            print_json(load_project(memory, args.project, Path(args.folder)))
+        except UnicodeDecodeError:
+            raise InvalidInputError(
+                f"{_not_utf8(Path(args.folder))} is not UTF-8; save it as UTF-8", field="folder"
+            ) from None
     return 0
+
+
+def _not_utf8(folder: Path) -> str:
+    """The first file under ``folder`` that does not decode as UTF-8 (for the error)."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            try:
+                path.read_bytes().decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"{path} (byte {exc.start})"
+    return f"a file in {folder}"
 
 
 def _read_plan(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -45,9 +62,9 @@ def _read_plan(args: argparse.Namespace) -> tuple[Any, Any]:
 
     if not args.plan:
         raise InvalidInputError("scene needs --plan FILE (or --demo)", field="--plan")
-    plan = ScenePlan.model_validate_json(Path(args.plan).read_text(encoding="utf-8"))
+    plan = ScenePlan.model_validate_json(read_text_file(args.plan, field="--plan"))
     characters = (
-        CharactersConfig.model_validate_json(Path(args.characters).read_text(encoding="utf-8"))
+        CharactersConfig.model_validate_json(read_text_file(args.characters, field="--characters"))
         if args.characters
         else CharactersConfig()
     )
