@@ -234,6 +234,15 @@ def test_a_new_chunk_version_rebuilds_every_chunk(tmp_path: Path) -> None:
         assert versions == {2}
         assert not any("第5句" in text for text, _ in new.values())  # deleted stays deleted
         assert all(chunk_id("c", s, e, 2) == cid for cid, (_, (s, e)) in new.items())
+    # a process that opens the store without a policy of its own (the CLI, the service)
+    # cuts new turns as the rechunk does, instead of going back to the default
+    more = [f"第{i}句：关于搬家、装修和预算的讨论。" for i in range(12, 16)]
+    with Memory.open(path, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0) as memory:
+        memory.add_turns("c", make_turns(more, start=12))
+        memory.flush()
+        versions = {hit.metadata["chunk_version"] for hit in memory.search("预算", top_k=50)}
+        assert versions == {2}
+        assert all(len(text.splitlines()) <= 3 for text, _ in live_chunks(memory, "c").values())
 
 
 def test_chunk_pieces_join_back_into_the_text_and_hold_each_turns_words() -> None:

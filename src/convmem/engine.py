@@ -8,7 +8,7 @@ import logging
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +197,29 @@ def _embedder_for(
     return embedder
 
 
+def _chunking_for(store: SQLStore, chunking: ChunkingPolicy | None) -> ChunkingPolicy:
+    """The handle's own chunking policy, else the one ``rechunk`` recorded in the store,
+    else the default: a process that opens the store without one cuts new turns as the
+    last rechunk does, instead of undoing it."""
+    recorded = store.chunking_policy()
+    if chunking is not None:
+        if recorded is not None and recorded != asdict(chunking):
+            logger.warning(
+                "this handle cuts new turns under %s; the store's dialogue was re-cut under "
+                "%s (Memory.rechunk records the handle's policy)",
+                asdict(chunking),
+                recorded,
+            )
+        return chunking
+    if recorded is None:
+        return ChunkingPolicy()
+    try:
+        return ChunkingPolicy(**recorded)
+    except (TypeError, ValueError):
+        logger.warning("ignoring an unreadable chunking policy in the store: %s", recorded)
+        return ChunkingPolicy()
+
+
 def open_engine(
     url: str | os.PathLike[str] | None,
     *,
@@ -245,7 +268,7 @@ def open_engine(
             embedding,
             marker=marker if marker is not None else RuleMarker(),
             policy=product_policy,
-            chunking=chunking or ChunkingPolicy(),
+            chunking=_chunking_for(store, chunking),
             retry=retry,
             clock=clock,
         )

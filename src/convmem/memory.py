@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -616,10 +616,13 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
 
         Drops this tenant's worker-made chunks (of one conversation, or all) and queues the
         conversations to be chunked again from their first live turn. Returns how many
-        conversations were queued; ``flush`` waits for them.
+        conversations were queued; ``flush`` waits for them. The store records the
+        policy: a process that opens it without a ``chunking`` of its own (the CLI, the
+        service) cuts new turns under it rather than the default.
         """
         if conversation_id is not None:
             conversation_id = check_conversation_id(conversation_id)
+        self._engine.store.set_chunking_policy(asdict(self._engine.indexer.chunking))
         count = self._engine.store.reset_conversations(self._tenant, conversation_id)
         self._engine.pool.wake()
         return count

@@ -3,6 +3,7 @@ numbered migrations, and what the ``meta`` table records."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -219,6 +220,23 @@ class SchemaTables(Backend):
                 signature,
                 count,
                 time.perf_counter() - began,
+            )
+
+    def chunking_policy(self) -> dict[str, int] | None:
+        """The chunking policy ``rechunk`` recorded (its fields), or None."""
+        row = self._db().execute("SELECT value FROM meta WHERE key='chunking_policy'").fetchone()
+        if row is None:
+            return None
+        value = json.loads(row[0])
+        return value if isinstance(value, dict) else None
+
+    def set_chunking_policy(self, policy: dict[str, int]) -> None:
+        """Record the chunking policy the store's dialogue is cut under (``rechunk``), so a
+        process that opens it without one of its own cuts new turns the same way."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('chunking_policy', ?) " + UPSERT_META,
+                (json.dumps(policy, sort_keys=True),),
             )
 
     def embedding_model(self) -> tuple[str, int] | None:
