@@ -842,7 +842,7 @@ def records(draw: st.DrawFn) -> list[dict[str, Any]]:
             day = draw(st.integers(1, 3))
             meta["timestamp_range"] = [
                 f"2026-01-0{day}T00:00:00Z",
-                f"2026-01-0{day}T06:00:00+08:00",
+                f"2026-01-0{day}T12:00:00+08:00",
             ]
         out.append(
             chunk(
