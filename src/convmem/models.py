@@ -416,8 +416,10 @@ class Hit(BaseModel):
 
     ``score``: higher is better. From ``Memory.search`` (and every path with ``min_score``)
     it is a calibrated relevance in [0, 1], the same scale for every query, never higher
-    than the hit above it; ``metadata["rank_score"]`` keeps the fused ranking score. A
-    turn-level hit's ``text`` is its evidence turn and ``context`` the chunk around it.
+    than the hit above it within one question (a question split into parts interleaves
+    the parts' hits, each part's in its own order: ``metadata["sub_query"]`` names the
+    part); ``metadata["rank_score"]`` keeps the fused ranking score. A turn-level hit's
+    ``text`` is its evidence turn and ``context`` the chunk around it.
     """
 
     model_config = ConfigDict(frozen=True)
