@@ -60,14 +60,19 @@ def test_ingest_search_delete_purge_stats(
 
 def test_errors_are_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "cli.db")
-    code, _, err = _run(capsys, "--store", store, "search", "x", "--filter", '{"deleted": true}')
-    assert code == 2 and err.startswith("error: ") and "deleted" in err
-    code, _, err = _run(capsys, "--store", store, "delete", "c1", "--turns", "a-b")
-    assert code == 2 and "--turns" in err
+    # a command that reads a store never makes one at a mistyped path
+    for command in (["search", "x"], ["marks", "c"], ["delete", "c", "--all"], ["purge"]):
+        code, out, err = _run(capsys, "--store", store, *command)
+        assert code == 2 and err.startswith(f"error: no store at {store}") and out == ""
+        assert not Path(store).exists()
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"conversation_id": "c", "turn_id": 1, "role": "user", "text": ""}\n')
     code, _, err = _run(capsys, "--store", store, "ingest", str(bad))
     assert code == 2 and f"{bad}:1 (conversation 'c'): text:" in err
+    code, _, err = _run(capsys, "--store", store, "search", "x", "--filter", '{"deleted": true}')
+    assert code == 2 and err.startswith("error: ") and "deleted" in err
+    code, _, err = _run(capsys, "--store", store, "delete", "c1", "--turns", "a-b")
+    assert code == 2 and "--turns" in err
 
 
 def test_reindex_switches_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -55,26 +55,40 @@ def open_memory(
     workers: int = 0,
     allow_model_change: bool = False,
     chunking: Any = None,
+    existing: bool = False,
 ) -> Memory:
+    """The memory the command's settings name. ``existing``: a command that reads or
+    maintains a store refuses to create one (a mistyped ``--store`` made an empty store
+    and answered "no hits")."""
     from convmem import Memory
     from convmem.embed import resolve_embedder
     from convmem.governance import resolve_marker
+    from convmem.store import sqlite_path
 
     settings = settings_of(args)
+    embedder = resolve_embedder(settings.embedder) if settings.embedder else None
+    marker = resolve_marker(
+        settings.marker,
+        llm_url=settings.llm_url,
+        llm_model=settings.llm_model,
+        llm_key=settings.llm_key,
+    )
+    path = sqlite_path(settings.store)
+    if existing and path is not None and not path.exists():
+        raise InvalidInputError(
+            f"no store at {path}; check --store (or CONVMEM_STORE): `convmem ingest` or "
+            "`convmem demo` creates one",
+            field="--store",
+        )
     return Memory.open(
         settings.store,
-        embedder=resolve_embedder(settings.embedder) if settings.embedder else None,
+        embedder=embedder,
         tenant=settings.tenant,
         workers=workers,
         max_text_chars=MAX_TEXT_CHARS,
         allow_model_change=allow_model_change,
         chunking=chunking,
-        marker=resolve_marker(
-            settings.marker,
-            llm_url=settings.llm_url,
-            llm_model=settings.llm_model,
-            llm_key=settings.llm_key,
-        ),
+        marker=marker,
         policy=settings.policy,
     )
 

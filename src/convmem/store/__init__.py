@@ -42,6 +42,7 @@ __all__ = [
     "matrix_rows",
     "open_store",
     "parse_filters",
+    "sqlite_path",
     "text_digest",
     "to_sql",
     "worker_identity",
@@ -55,6 +56,19 @@ def default_store_path() -> Path:
     return Path(platformdirs.user_data_dir("convmem", appauthor=False)) / "memory.db"
 
 
+def sqlite_path(url: str | None) -> Path | None:
+    """The file a store URL opens (:func:`open_store`'s reading), or None for a server."""
+    if url is None:
+        return default_store_path()
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///") or "memory.db")
+    if url.startswith("sqlite://"):
+        return Path(url.removeprefix("sqlite://"))
+    if "://" not in url:
+        return Path(url)
+    return None
+
+
 def open_store(
     url: str | None = None, *, durability: str = "full", clock: Clock | None = None
 ) -> SQLStore:
@@ -65,13 +79,10 @@ def open_store(
     Raises:
         InvalidInputError: the URL's scheme is not supported.
     """
-    if url is None or "://" not in url or url.startswith("sqlite://"):
-        if url is None:
-            path: str | Path = default_store_path()
-        elif url.startswith("sqlite:///"):
-            path = url.removeprefix("sqlite:///") or "memory.db"
-        else:
-            path = url.removeprefix("sqlite://")
+    if url is None:
+        return SQLiteStore(default_store_path(), durability=durability, clock=clock)
+    path = sqlite_path(url)
+    if path is not None:
         return SQLiteStore(path, durability=durability, clock=clock)
     scheme = url.split("://", 1)[0]
     if scheme in ("postgresql", "postgres"):

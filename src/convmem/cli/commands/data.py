@@ -189,7 +189,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 field="--conversation",
             )
         filters["conversation_id"] = args.conversation
-    with open_memory(args) as memory:
+    with open_memory(args, existing=True) as memory:
         hits = memory.search(
             args.query,
             top_k=args.top_k,
@@ -228,7 +228,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             f"(the whole conversation {args.conversation!r})",
             field="--all",
         )
-    with open_memory(args) as memory:
+    with open_memory(args, existing=True) as memory:
         result = memory.delete(
             args.conversation,
             turn_range=_parse_range(args.turns) if args.turns else None,
@@ -263,7 +263,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    with open_memory(args, allow_model_change=True) as memory:
+    with open_memory(args, allow_model_change=True, existing=True) as memory:
         with Progress.for_terminal("re-embedding", quiet=quiet(args), spin=True):
             count = memory.reindex()
         print_json({"reindexed": count, "embedding_model": memory.stats()["embedding_model"]})
@@ -286,7 +286,7 @@ def cmd_rechunk(args: argparse.Namespace) -> int:
         overlap_turns=args.overlap,
         version=args.version,
     )
-    with open_memory(args, chunking=policy) as memory:
+    with open_memory(args, chunking=policy, existing=True) as memory:
         queued = memory.rechunk(args.conversation)
         drain_index(memory, args, timeout=args.timeout)
         print_json({"conversations": queued, "chunks": memory.stats()["chunks"]})
@@ -294,7 +294,7 @@ def cmd_rechunk(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
+    with open_memory(args, existing=True) as memory:
         with Progress.for_terminal("purging", quiet=quiet(args), spin=True):
             removed = memory.purge(all_tenants=args.all_tenants)
         print_json(removed)
@@ -308,7 +308,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
+    with open_memory(args, existing=True) as memory:
         if args.retry is not None:
             print_json(memory.retry_job(args.retry).model_dump(mode="json"))
         else:

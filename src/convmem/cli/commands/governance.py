@@ -41,7 +41,7 @@ def _mark_line(item: Any) -> tuple[str, str]:
 
 
 def cmd_marks(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
+    with open_memory(args, existing=True) as memory:
         marks = memory.marks(args.conversation)
         if args.kept:
             marks = [item for item in marks if item.mark.keep]
@@ -60,7 +60,7 @@ def cmd_marks(args: argparse.Namespace) -> int:
 
 
 def cmd_notes(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
+    with open_memory(args, existing=True) as memory:
         notes = memory.notes(args.conversation, args.status, limit=args.limit)
         if quiet(args):
             print_json([note.model_dump(mode="json") for note in notes])
@@ -85,7 +85,7 @@ def cmd_note(args: argparse.Namespace) -> int:
             "keeps none: drop --evidence, or use 'convmem note confirm'",
             field="--evidence",
         )
-    with open_memory(args) as memory:
+    with open_memory(args, existing=True) as memory:
         note = memory.update_note(
             args.note_id, confirm=args.action == "confirm", evidence_level=args.evidence
         )
@@ -120,7 +120,7 @@ def cmd_policy(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    with open_memory(args) as memory:
+    with open_memory(args, existing=True) as memory:
         result = memory.sweep_expired()
         drain_index(memory, args, timeout=args.timeout)
         print_json(result)
