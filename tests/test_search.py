@@ -420,6 +420,30 @@ def test_caller_upserts_are_replayable_without_duplicates(memory: Memory) -> Non
     assert bad.upserted == 0 and len(bad.errors) == 1
 
 
+@pytest.mark.parametrize("query", ["\u200b\u200b", "\ufeff", " \u200d\t"])
+def test_a_question_of_invisible_characters_is_empty(trip: Memory, query: str) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        trip.search(query, min_score=0)
+    assert caught.value.field == "query_text" and "empty" in str(caught.value)
+
+
+def test_a_hints_time_window_never_widens_the_callers_time_filter(trip: Memory) -> None:
+    recent = {"strategies": ["temporal_search"], "params": {"time_range": "recent"}}
+    early = {"conversation_id": "trip", "timestamp_range": [None, BASE_TIME.isoformat()]}
+    hits = trip.search("护照 香菜 王经理", hints=recent, filters=early, min_score=0, top_k=10)
+    assert hits and {hit.metadata["turn_range"][0] for hit in hits} == {0}
+    before = {"conversation_id": "trip", "timestamp_range": [None, "2026-01-01T00:00:00Z"]}
+    assert trip.search("护照 香菜", hints=recent, filters=before, min_score=0) == []
+
+
+def test_every_part_of_a_long_question_is_searched(trip: Memory) -> None:
+    question = "护照哪天过期？我不吃什么？报告交给谁？我的猫叫什么？我在学什么乐器？"
+    hits = trip.search(question, top_k=10)
+    # the fifth part, asked with the fourth (it was dropped)
+    assert any("吉他" in hit.text and "乐器" in hit.metadata["sub_query"] for hit in hits)
+    assert len({hit.metadata["sub_query"] for hit in hits}) == 4
+
+
 def test_a_caller_chunk_that_no_delete_could_reach_is_refused(memory: Memory) -> None:
     base = {"text": "护照 签证 材料", "metadata": {"conversation_id": "c", "turn_range": [0, 0]}}
     result = memory.upsert_chunks(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -161,7 +162,7 @@ def check_query_text(query: Any, field: str = "query_text") -> str:
         InvalidInputError: naming ``field``, for an empty or longer question or one holding
             a NUL or a lone surrogate.
     """
-    if not isinstance(query, str) or not query.strip():
+    if not isinstance(query, str) or not any(_visible(ch) for ch in query):
         raise InvalidInputError(f"{field} is empty; send the question to search for", field=field)
     if len(query) > MAX_QUERY_CHARS:
         raise InvalidInputError(
@@ -173,6 +174,12 @@ def check_query_text(query: Any, field: str = "query_text") -> str:
     if problem is not None:
         raise InvalidInputError(f"{field} {problem}", field=field)
     return query
+
+
+def _visible(ch: str) -> bool:
+    """Whether a character says something: not a blank, a control or a format character
+    (a zero-width space or joiner, a byte order mark), which the text cleaning drops."""
+    return not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf")
 
 
 def _storable(value: Any, what: str) -> Any:

@@ -221,12 +221,15 @@ class HierarchicalMemoryService:
         filters = dict(filters or {})
         conversation = filters.get("conversation_id")
         conversation_id = conversation if isinstance(conversation, str) else None
+        disjoint = False  # the hint's window and the caller's time filter do not meet
         if params.get("time_range") is not None:
             window = self._window(params["time_range"], conversation_id)
             if window is not None:
-                filters["timestamp_range"] = window
+                narrowed = _within(spec, window, self.tenant)
+                disjoint = narrowed is None
+                filters["timestamp_range"] = narrowed or window
         scored: list[tuple[float, int, Hit]] = []
-        if "MTM" in weights:
+        if "MTM" in weights and not disjoint:
             request = SearchRequest(
                 tenant=self.tenant,
                 query_text=query,
@@ -377,6 +380,25 @@ class HierarchicalMemoryService:
         scored = [(score, note) for score, note in scored if score >= min_score]
         scored.sort(key=lambda item: (-item[0], item[1].note_id))
         return [_note_hit(note, score) for score, note in scored[:limit]]
+
+
+def _within(spec: FilterSpec, window: list[str | None], tenant: str) -> list[str | None] | None:
+    """A hint's time window narrowed to the caller's ``timestamp_range`` filter (a hint
+    never widens a filter); None when the two do not meet."""
+    ((low, high),) = (
+        c.value for c in parse_filters({"timestamp_range": window}, tenant=tenant).conditions
+    )
+    for condition in spec.conditions:
+        if condition.field == "timestamp_range":
+            start, end = condition.value
+            low = start if low is None else low if start is None else max(low, start)
+            high = end if high is None else high if end is None else min(high, end)
+    if low is not None and high is not None and low > high:
+        return None
+    return [
+        None if bound is None else datetime.fromtimestamp(bound, UTC).isoformat()
+        for bound in (low, high)
+    ]
 
 
 def _meets(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:

@@ -119,7 +119,8 @@ def _without_leading(piece: str) -> str:
 
 
 def split_questions(text: str, limit: int = MAX_PARTS) -> list[str]:
-    """The parts of a question that asks several things, at most ``limit``: split at
+    """The parts of a question that asks several things, at most ``limit`` (past it, the
+    last part asks the rest together): split at
     question marks, semicolons and line breaks, and at a conjunction after a comma or
     "and also" (after 还有, 并且, 而且 or "also" only when the next part asks something).
 
@@ -134,4 +135,8 @@ def split_questions(text: str, limit: int = MAX_PARTS) -> list[str]:
         for part in _at_conjunctions(piece)
     ]
     parts = [part for part in parts if _WORD.search(part)]
-    return parts[:limit] if len(parts) > 1 else [text]
+    if len(parts) <= 1 or limit <= 1:
+        return [text]
+    if len(parts) > limit:  # the rest asked together as the last part, never dropped
+        parts = [*parts[: limit - 1], "，".join(parts[limit - 1 :])]
+    return parts
