@@ -558,7 +558,7 @@ def test_story_chapter_that_is_not_utf8_is_named(
         "p",
         str(tmp_path / "novel"),
     )
-    assert code == 2 and "chapter_01.md (byte" in err and "save it as UTF-8" in err
+    assert code == 2 and "chapter_01.md is not UTF-8 (byte" in err and "save it as UTF-8" in err
 
 
 @pytest.mark.parametrize(

@@ -234,6 +234,21 @@ def test_story_chunks_and_states_can_be_deleted_and_purged(tmp_path: Path) -> No
     assert b"qqzzyy" not in data
 
 
+def test_a_project_with_a_bad_state_row_stores_nothing(tmp_path: Path) -> None:
+    folder = tmp_path / "novel"
+    (folder / "chapters").mkdir(parents=True)
+    (folder / "chapters" / "chapter_01.md").write_text("## 场景 1\n\n林晚走进七号仓。\n")
+    (folder / "states.jsonl").write_text(
+        '{"entity_id": "林晚", "chapter_index": 1, "scene_index": 1, "state": {}}\n'
+        '{"entity_id": "沈舟", "chapter_index": -1, "scene_index": 1, "state": {}}\n'
+    )
+    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        with pytest.raises(InvalidInputError) as caught:
+            load_project(memory, "novel", folder)
+        assert caught.value.field == "states[1].chapter_index"
+        assert search_story_memory_tool("novel", "七号仓", memory=memory) == []
+
+
 def test_projects_and_tenants_are_isolated(novel: Memory) -> None:
     other = novel.story("other")
     other.add_memory_chunks(

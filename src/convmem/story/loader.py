@@ -17,7 +17,7 @@ from typing import Any
 
 from convmem.errors import InvalidInputError
 from convmem.story.memory import StoryHost
-from convmem.story.models import CharactersConfig, StoryMemoryChunk
+from convmem.story.models import CharactersConfig, EntityStateSnapshot, StoryMemoryChunk
 
 __all__ = ["load_project", "read_characters"]
 
@@ -29,7 +29,17 @@ def read_characters(folder: Path) -> CharactersConfig:
     path = folder / "characters.json"
     if not path.exists():
         return CharactersConfig()
-    return CharactersConfig.model_validate_json(path.read_text(encoding="utf-8"))
+    return CharactersConfig.model_validate_json(_text(path))
+
+
+def _text(path: Path) -> str:
+    """A project file's text: UTF-8 (a byte order mark is accepted), or an error naming it."""
+    try:
+        return path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            f"{path} is not UTF-8 (byte {exc.start}); save it as UTF-8", field=path.name
+        ) from None
 
 
 def _states(folder: Path) -> list[dict[str, Any]]:
@@ -37,7 +47,7 @@ def _states(folder: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_text(path).splitlines(), start=1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
@@ -82,7 +92,7 @@ def _chunks(
             )
         )
 
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in _text(path).splitlines():
         stripped = line.strip()
         if stripped.startswith("## "):
             flush()
@@ -118,8 +128,10 @@ def load_project(memory: StoryHost, project_id: str, folder: str | Path) -> dict
     chapter_files = sorted((folder / "chapters").glob("*.md"))
     for path in chapter_files:
         chunks.extend(_chunks(path, project_id, names, known))
+    # every state checked before anything is stored: a bad row stores nothing
+    snapshots = story.parse(EntityStateSnapshot, states, "states") if states else []
     if chunks:
         story.add_memory_chunks(chunks)
-    if states:
-        story.add_entity_state(*states)
+    if snapshots:
+        story.add_entity_state(*snapshots)
     return {"chapters": len(chapter_files), "chunks": len(chunks), "states": len(states)}

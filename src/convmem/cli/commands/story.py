@@ -37,24 +37,8 @@ def cmd_story(args: argparse.Namespace) -> int:
     from convmem.story import load_project
 
     with open_memory(args) as memory:
-        try:
-            print_json(load_project(memory, args.project, Path(args.folder)))
-        except UnicodeDecodeError:
-            raise InvalidInputError(
-                f"{_not_utf8(Path(args.folder))} is not UTF-8; save it as UTF-8", field="folder"
-            ) from None
+        print_json(load_project(memory, args.project, Path(args.folder)))
     return 0
-
-
-def _not_utf8(folder: Path) -> str:
-    """The first file under ``folder`` that does not decode as UTF-8 (for the error)."""
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            try:
-                path.read_bytes().decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return f"{path} (byte {exc.start})"
-    return f"a file in {folder}"
 
 
 def _read_plan(args: argparse.Namespace) -> tuple[Any, Any]:
