@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import rag_ingest_incremental as rag
-from convmem import HashingEmbedder, InvalidInputError
+from convmem import EmbedderError, HashingEmbedder, InvalidInputError
 from convmem.compat import rag_ingest_incremental as implementation
 
 
@@ -145,3 +146,78 @@ def test_default_store_is_in_the_user_data_dir_not_tmp(
     assert path.name == "memory.db" and not str(path).startswith("/tmp")
     if xdg_data_home is not None and sys.platform.startswith("linux"):
         assert path == Path(xdg_data_home) / "convmem" / "memory.db"
+
+
+def test_build_refuses_a_conversation_id_upsert_would_refuse() -> None:
+    """A blank or over-long id built fine, then every chunk failed in upsert_vector_records."""
+    for bad in ("", "   ", "x" * 201):
+        with pytest.raises(InvalidInputError) as caught:
+            rag.build_incremental_chunks([{**EVENTS[0], "conversation_id": bad}])
+        assert caught.value.field == "events.conversation_id"
+
+
+def test_embed_db_hits_are_chunk_records_with_their_evidence(configured: None) -> None:
+    """Seed 001 API 4: one ChunkRecord view per chunk (text with its [上下文：…] prefix); the
+    turn-level search answered one chunk once per turn, each hit a bare line."""
+    built = rag.build_incremental_chunks(EVENTS)
+    (chunk,) = built["chunks"]
+    rag.upsert_vector_records(built["chunks"])
+    result = rag.embed_db("护照什么时候过期，东京要准备什么", top_k=6)
+    ids = [hit["chunk_id"] for hit in result["hits"]]
+    assert ids == [chunk["chunk_id"]]
+    (hit,) = result["hits"]
+    assert hit["text"] == chunk["text"] and hit["text"].startswith("[上下文：")
+    assert hit["metadata"]["turn_range"] == [18, 20]
+    evidence = hit["metadata"]["evidence_turns"]
+    assert len(evidence) > 1 and set(evidence) <= {18, 19, 20}
+    assert hit["metadata"]["evidence_text"] in chunk["text"]
+
+
+def test_embed_db_top_k_bounds_the_chunks_and_is_the_one_used(configured: None) -> None:
+    events = [
+        {**EVENTS[0], "conversation_id": f"c{i}", "text": f"我的护照放在第{i}个抽屉"}
+        for i in range(8)
+    ]
+    for event in events:
+        rag.upsert_vector_records(rag.build_incremental_chunks([event])["chunks"])
+    two = rag.embed_db("护照放在哪里", top_k=2)
+    assert two["top_k"] == 2 and len(two["hits"]) == 2
+    hinted = rag.embed_db(
+        "护照放在哪里", top_k=2, hints={"strategies": ["semantic_search"], "params": {"top_k": 5}}
+    )
+    assert hinted["top_k"] == 5  # echoed 2, the argument hints.params.top_k overrode
+    assert len(hinted["hits"]) == 5 == len({hit["chunk_id"] for hit in hinted["hits"]})
+
+
+def test_an_unknown_embedder_is_invalid_input_and_creates_no_store(
+    configured: None, tmp_path: Path
+) -> None:
+    target = tmp_path / "new.db"
+    with pytest.raises(InvalidInputError) as caught:
+        rag.configure(store=str(target), embedder="nope")
+    assert caught.value.field == "embedder" and "Unknown embedder 'nope'" in str(caught.value)
+    assert isinstance(caught.value, EmbedderError)  # what callers caught before
+    assert not target.exists()
+
+
+def test_the_seed_service_takes_a_spec_and_refuses_what_embed_chunk_refuses(
+    configured: None,
+) -> None:
+    service = rag.EmbeddingService.get_instance("hashing")
+    assert service.model_id == HashingEmbedder().model_id
+    cases: list[tuple[str, Any]] = [
+        ("text", lambda: service.embed_chunk(None)),
+        ("text", lambda: service.embed_chunk("")),
+        ("text", lambda: rag.embed_chunk("")),
+        ("texts", lambda: service.embed_batch("abc")),
+        ("texts", lambda: service.embed_batch(None)),
+        ("texts[0]", lambda: service.embed_batch([5])),
+        ("embedder", lambda: rag.EmbeddingService.get_instance("nope")),
+        ("embedder", lambda: rag.EmbeddingService.get_instance(5)),
+    ]
+    for field, call in cases:
+        with pytest.raises(InvalidInputError) as caught:
+            call()
+        assert caught.value.field == field
+    with pytest.raises(InvalidInputError, match=r"pass \[text\]"):
+        service.embed_batch("abc")

@@ -420,3 +420,26 @@ def test_a_search_without_threadpoolctl_leaves_blas_as_it_is(
     assert threads.one_blas_thread_for_process() is False
     monkeypatch.undo()
     assert _blas_threads() == before
+
+
+class _Asymmetric(HashingEmbedder):
+    """A model whose query side differs from its passage side (as bge's instruction does)."""
+
+    @property
+    def model_id(self) -> str:
+        return "asymmetric-test"
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed([f"query: {text}" for text in texts])
+
+
+def test_the_service_embed_chunk_and_embed_batch_take_the_query_side() -> None:
+    """Seed 001 API 5: embed_chunk is the query vectorisation interface; the service
+    embedded passages, so service.embed_chunk disagreed with rag.embed_chunk."""
+    model = _Asymmetric()
+    service = EmbeddingService.get_instance(model)
+    query = [float(v) for v in service.embed_query_array(["东京之行要准备什么？"])[0]]
+    passage = [float(v) for v in service.embed_array(["东京之行要准备什么？"])[0]]
+    assert query != passage
+    assert service.embed_chunk("东京之行要准备什么？") == query
+    assert service.embed_batch(["东京之行要准备什么？"]) == [query]

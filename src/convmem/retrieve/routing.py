@@ -4,10 +4,18 @@ Output: ``{"strategies": [...], "route_strategy": "keyword|classifier|llm", "par
 Strategies: ``semantic_search`` (default), ``deep_search``, ``temporal_search``,
 ``persona_search``. Rules are ``{"keywords": [...], "strategy": ..., "params": {...}}``;
 old configs that say ``route:`` instead of ``strategy:`` still load, with a warning.
+
+A rule's strategy, ``default_strategy`` and the params the memory service reads
+(:data:`PARAMS`) are checked when the router is built, so a config the service would
+refuse fails there instead of on every matching question. An ``llm`` router's answer is
+checked the same way; an answer that is not valid hints falls back to the keyword rules
+(logged as a warning, and said in ``hints["fallback"]``), never stopping the pipeline.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -17,9 +25,24 @@ from typing import Any
 from convmem.chat import ChatClient, ChatError
 from convmem.errors import InvalidInputError
 
-__all__ = ["DEFAULT_KEYWORD_RULES", "STRATEGIES", "KeywordRule", "Router", "load_rules"]
+__all__ = [
+    "DEFAULT_KEYWORD_RULES",
+    "PARAMS",
+    "STRATEGIES",
+    "TIME_RANGES",
+    "KeywordRule",
+    "Router",
+    "check_params",
+    "load_rules",
+]
+
+logger = logging.getLogger(__name__)
 
 STRATEGIES = ("semantic_search", "deep_search", "temporal_search", "persona_search")
+#: The hint params the hierarchical memory service reads (others are passed through).
+PARAMS = ("time_range", "top_k", "include_persona", "candidates_multiplier")
+#: The named windows ``time_range`` takes (besides ``[start, end]``).
+TIME_RANGES = ("recent", "24h", "7d", "30d")
 
 DEFAULT_KEYWORD_RULES: list[dict[str, Any]] = [
     {
@@ -136,12 +159,63 @@ def load_rules(raw: Sequence[Mapping[str, Any]] | None) -> list[KeywordRule]:
             )
         strategy = item.get("strategy")
         if not isinstance(strategy, str) or not strategy:
-            raise InvalidInputError(f"{where}.strategy is required", field=f"{where}.strategy")
+            raise InvalidInputError(
+                f"{where}.strategy is required: one of {', '.join(STRATEGIES)}",
+                field=f"{where}.strategy",
+            )
+        check_strategy(strategy, f"{where}.strategy")
         params = item.get("params") or {}
         if not isinstance(params, Mapping):
             raise InvalidInputError(f"{where}.params must be an object", field=f"{where}.params")
+        check_params(params, f"{where}.params")
         rules.append(KeywordRule(tuple(keywords), strategy, dict(params)))
     return rules
+
+
+def check_strategy(strategy: Any, field: str) -> str:
+    """A retrieval strategy the memory service knows (:data:`STRATEGIES`)."""
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
+        raise InvalidInputError(
+            f"{field} must be one of {', '.join(STRATEGIES)}, got {strategy!r}", field=field
+        )
+    return strategy
+
+
+def check_params(params: Mapping[str, Any], field: str, *, windows_only: bool = False) -> None:
+    """Refuse hint params the memory service would refuse: ``top_k`` a whole number in
+    1..1000, ``candidates_multiplier`` in 1..10, ``include_persona`` true or false,
+    ``time_range`` one of :data:`TIME_RANGES` or ``[start, end]`` (``windows_only``: a named
+    window only, as an LLM is asked for). Other keys are passed through unchecked."""
+    for name, low, high in (("top_k", 1, 1000), ("candidates_multiplier", 1, 10)):
+        value = params.get(name)
+        if name in params and (
+            isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
+        ):
+            raise InvalidInputError(
+                f"{field}.{name} must be a whole number in {low}..{high}, got {value!r}",
+                field=f"{field}.{name}",
+            )
+    if "include_persona" in params and not isinstance(params["include_persona"], bool):
+        raise InvalidInputError(
+            f"{field}.include_persona must be true or false, got {params['include_persona']!r}",
+            field=f"{field}.include_persona",
+        )
+    if params.get("time_range") is not None:  # None: no window, as the service reads it
+        value = params["time_range"]
+        span = (
+            not windows_only
+            and isinstance(value, list | tuple)
+            and len(value) == 2
+            and all(v is None or isinstance(v, str) for v in value)
+        )
+        if not span and value not in TIME_RANGES:
+            shapes = ", ".join(repr(name) for name in TIME_RANGES)
+            raise InvalidInputError(
+                f"{field}.time_range must be one of {shapes}"
+                + ("" if windows_only else " or [start, end] (ISO timestamps or null)")
+                + f", got {value!r}",
+                field=f"{field}.time_range",
+            )
 
 
 # The classifier: a linear score per strategy over cue and time-expression features.
@@ -164,15 +238,37 @@ class Router:
                 "route_strategy must be keyword, classifier or llm", field="route_strategy"
             )
         self.rules = load_rules(config.get("keyword_rules"))
-        self.default_strategy = config.get("default_strategy", "semantic_search")
-        self.threshold = float(config.get("classifier_threshold", 1.0))
-        self._chat = ChatClient.from_config(config["llm"]) if self.route_strategy == "llm" else None
+        self.default_strategy = check_strategy(
+            config.get("default_strategy", "semantic_search"), "default_strategy"
+        )
+        threshold = config.get("classifier_threshold", 1.0)
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, int | float)
+            or not math.isfinite(threshold)
+        ):
+            raise InvalidInputError(
+                f"classifier_threshold must be a number (a strategy is chosen when its score "
+                f"reaches it; default 1.0), got {threshold!r}",
+                field="classifier_threshold",
+            )
+        self.threshold = float(threshold)
+        self._chat: ChatClient | None = None
+        if self.route_strategy == "llm":
+            if config.get("llm") is None:
+                raise InvalidInputError(
+                    'route_strategy llm needs llm: {"base_url": ..., "model": ...} (an '
+                    "OpenAI-compatible chat endpoint); or use route_strategy keyword",
+                    field="llm",
+                )
+            self._chat = ChatClient.from_config(config["llm"])
 
     def route(self, question: str) -> dict[str, Any]:
         if self.route_strategy == "llm":
             try:
                 return self._by_llm(question)
             except (ChatError, InvalidInputError) as exc:
+                logger.warning("llm routing failed (%s); using the keyword rules", exc)
                 hints = self._by_keyword(question)
                 hints["fallback"] = f"llm routing failed ({exc}); used keyword rules"
                 return hints
@@ -234,13 +330,13 @@ class Router:
         if (
             not isinstance(strategies, list)
             or not strategies
-            or not all(s in STRATEGIES for s in strategies)
+            or not all(isinstance(s, str) and s in STRATEGIES for s in strategies)
             or not isinstance(params, dict)
         ):
             raise InvalidInputError(
                 f"llm routing answer is not valid hints: {answer!r}"[:300], field="strategies"
             )
-        allowed = {"time_range", "top_k", "include_persona", "candidates_multiplier"}
-        return self._hints(
-            list(dict.fromkeys(strategies)), {k: v for k, v in params.items() if k in allowed}
-        )
+        # only the params the service reads, each checked as the service would check it
+        kept = {k: v for k, v in params.items() if k in PARAMS and v is not None}
+        check_params(kept, "params", windows_only=True)
+        return self._hints(list(dict.fromkeys(strategies)), kept)
