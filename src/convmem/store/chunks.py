@@ -322,9 +322,12 @@ class ChunkTables(GovernanceTables):
             if conversation_id is not None:
                 sql += " AND conversation_id=?"
                 params.append(conversation_id)
-            conversations = conn.execute(sql, params).fetchall()
+            conversations = conn.execute(sql + " ORDER BY conversation_id", params).fetchall()
             change = self._next_change(conn)
             for conversation, last_seq in conversations:
+                # as every writer of a conversation does (in one order: no deadlock), so an
+                # index pass under way cannot write its frontier back over the reset
+                self._lock_conversation(conn, tenant, conversation)
                 rowids = [
                     row[0]
                     for row in conn.execute(

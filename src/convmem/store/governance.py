@@ -477,26 +477,31 @@ class GovernanceTables(Backend):
     def sweep_expired(self, now: float | None = None) -> dict[str, int]:
         """Mark expired turn labels and notes; queue their conversations to re-plan."""
         now = self.now() if now is None else now
+        expired = 0
         with self._write() as conn:
             due = conn.execute(
-                "SELECT tenant, conversation_id, min(seq), count(*) FROM marks WHERE "
+                "SELECT tenant, conversation_id, min(seq) FROM marks WHERE "
                 "expires_at IS NOT NULL AND expires_at <= ? AND expired=0 GROUP BY tenant, "
                 "conversation_id ORDER BY tenant, conversation_id",
                 (now,),
             ).fetchall()
-            conn.execute(
-                "UPDATE marks SET expired=1, updated_at=? WHERE expires_at IS NOT NULL AND "
-                "expires_at <= ? AND expired=0",
-                (now, now),
-            )
-            for tenant, conversation_id, first, _ in due:
+            for tenant, conversation_id, first in due:
+                # the conversation's lock before its marks' rows, as an index pass takes
+                # them (the other order deadlocked with a pass on PostgreSQL)
+                self._lock_conversation(conn, tenant, conversation_id)
+                expired += conn.execute(
+                    "UPDATE marks SET expired=1, updated_at=? WHERE tenant=? AND "
+                    "conversation_id=? AND expires_at IS NOT NULL AND expires_at <= ? AND "
+                    "expired=0",
+                    (now, tenant, conversation_id, now),
+                ).rowcount
                 self._rewind(conn, tenant, conversation_id, first, now)
             notes = conn.execute(
                 "UPDATE notes SET expired=1, updated_at=? WHERE expires_at IS NOT NULL AND "
                 "expires_at <= ? AND expired=0 AND deleted=0",
                 (now, now),
             ).rowcount
-        return {"turn_marks": sum(row[3] for row in due), "notes": notes}
+        return {"turn_marks": expired, "notes": notes}
 
     def get_policy(self, tenant: str) -> dict[str, Any] | None:
         row = self._db().execute("SELECT policy FROM policies WHERE tenant=?", (tenant,)).fetchone()
