@@ -444,6 +444,13 @@ def test_every_part_of_a_long_question_is_searched(trip: Memory) -> None:
     assert len({hit.metadata["sub_query"] for hit in hits}) == 4
 
 
+def test_file_bytes_count_the_write_ahead_log(trip: Memory) -> None:
+    path = Path(trip.store.url.removeprefix("sqlite:///"))
+    wal = path.with_name(path.name + "-wal")
+    assert wal.exists() and wal.stat().st_size > 0  # rows since the last checkpoint
+    assert trip.stats()["file_bytes"] == path.stat().st_size + wal.stat().st_size
+
+
 def test_a_caller_chunk_that_no_delete_could_reach_is_refused(memory: Memory) -> None:
     base = {"text": "护照 签证 材料", "metadata": {"conversation_id": "c", "turn_range": [0, 0]}}
     result = memory.upsert_chunks(

@@ -131,6 +131,12 @@ def test_write_flush_search_delete_search_returns_nothing(server: LiveServer) ->
         assert "convmem_chunks_ingested_total" in metrics
         assert 'convmem_http_request_seconds_count{method="POST",route="/v1/search"}' in metrics
         assert client.get("/healthz").json()["status"] == "ok"
+        # a client's made-up methods are one series, not one each (and no unbounded memory)
+        for index in range(20):
+            client.request(f"M{index}XYZ", f"/v1/anything/{index}")
+        metrics = client.get("/metrics").text
+        assert "M0XYZ" not in metrics and 'method="other"' in metrics
+        assert len([line for line in metrics.splitlines() if 'method="other"' in line]) < 20
 
 
 def test_confirmation_loop_over_http(server: LiveServer) -> None:

@@ -210,6 +210,21 @@ def test_crud_round_trip(backend_url: str) -> None:
         assert "k2" not in rows_of(memory).values()
 
 
+def test_a_question_with_nothing_to_read_finds_nothing_alike(backend_url: str) -> None:
+    with opened(backend_url) as memory:
+        records = [chunk(f"k{i}", f"the harbor ferry {i}") for i in range(6)]
+        assert memory.upsert_chunks(records).errors == []
+        for question in ("？？？", "🥜", "!!!"):
+            assert memory.search(question, min_score=0) == []  # it scored 0.62 before
+        # a zero vector has no direction: the search is lexical (NaN cosines on pgvector
+        # ordered the hits at random)
+        zero = [0.0] * memory.embedding.dimension
+        lexical = memory.search("harbor ferry 3", mode="lexical", min_score=0, top_k=3)
+        hits = memory.search("harbor ferry 3", query_vector=zero, min_score=0, top_k=3)
+        assert [hit.chunk_id for hit in hits] == [hit.chunk_id for hit in lexical]
+        assert hits[0].chunk_id == "k3"
+
+
 def test_extending_a_caller_chunk_moves_its_expiry_alone(backend_url: str) -> None:
     from convmem.clock import ManualClock
 

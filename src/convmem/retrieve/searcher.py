@@ -252,6 +252,12 @@ class HybridSearcher:
             spec, own = _own_conditions(spec)
         mode = request.mode
         vector = self._query_vector(request, spec)
+        if vector is not None and not vector.any():
+            # the model read nothing in the question (the hashing model, "？？？"): no
+            # direction to compare, and pgvector's cosine of it is NaN
+            vector = None
+        if vector is None and not tokenize(clean_text(request.query_text)):
+            return [], False  # nothing to search for: no memory is relevant
         if vector is None and mode == "hybrid":
             mode = "lexical"
         began = time.perf_counter()

@@ -23,6 +23,8 @@ from convmem.server.errors import error_body
 
 __all__ = ["MAX_JSON_DEPTH", "BodyLimit", "RequestLog", "json_depth", "tenant_hash"]
 
+#: The request methods the service's metrics label as themselves; any other is "other".
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 access_log = logging.getLogger("convmem.server.access")
 
 #: The deepest nesting of arrays and objects a body may have. Python's JSON parser gives
@@ -138,7 +140,9 @@ class RequestLog:
         # path_format: the template without convertors ({conversation_id}, not :path)
         matched = scope.get("route")
         route = getattr(matched, "path_format", None) or getattr(matched, "path", "unmatched")
-        key = (str(scope.get("method", "")), str(route))
+        method = str(scope.get("method", ""))
+        # a fixed set of labels: a client's made-up method is one series, not one each
+        key = (method if method in HTTP_METHODS else "other", str(route))
         histogram = self.request_seconds.get(key)
         if histogram is None:
             histogram = self.request_seconds.setdefault(key, Histogram("http_request_seconds"))

@@ -145,7 +145,10 @@ class SQLiteStore(SQLStore):
         ]
 
     def _size_bytes(self) -> int:
-        return self.path.stat().st_size if self.path.exists() else 0
+        """The store's bytes on disk: the file and its write-ahead log (rows written since
+        the last checkpoint live only there)."""
+        files = (self.path, self.path.with_name(self.path.name + "-wal"))
+        return sum(path.stat().st_size for path in files if path.exists())
 
     def _after_purge(self) -> None:
         conn = self._db()
