@@ -21,7 +21,7 @@ from convmem.ids import check_flag, check_seconds, check_whole
 from convmem.ingest import ChunkingPolicy
 from convmem.metrics import Counter
 from convmem.retrieve import HybridSearcher
-from convmem.store import SQLStore, open_store, worker_identity
+from convmem.store import SQLStore, open_store
 from convmem.text import load_user_dict
 from convmem.worker import Indexer, RetryPolicy, WorkerPool
 
@@ -50,8 +50,10 @@ class Engine:
         if self.closed:
             return
         self.pool.stop()
+        self.indexer.close()
+        # only this handle's claims: another handle in the process may be mid-pass
         with contextlib.suppress(StoreError):
-            self.store.release_worker(worker_identity().rsplit(":", 1)[0] + ":")
+            self.store.release_worker(self.indexer.claim_prefix())
         self.searcher.save_indexes()
         self.closed = True
         self.store.close()
@@ -201,12 +203,13 @@ def _embedder_for(
     return embedder
 
 
-def _chunking_for(store: SQLStore, chunking: ChunkingPolicy | None) -> ChunkingPolicy:
-    """The handle's own chunking policy, else the one ``rechunk`` recorded in the store,
-    else the default: a process that opens the store without one cuts new turns as the
-    last rechunk does, instead of undoing it."""
-    recorded = store.chunking_policy()
+def _chunking_for(store: SQLStore, chunking: ChunkingPolicy | None) -> ChunkingPolicy | None:
+    """The handle's own chunking policy (a warning when the store's dialogue was re-cut
+    under another), or None: follow the one ``rechunk`` records in the store, read again
+    at every pass, so a process opened without one cuts new turns as the last rechunk
+    does (made by any process, before or after this one opened), instead of undoing it."""
     if chunking is not None:
+        recorded = store.chunking_policy()
         if recorded is not None and recorded != asdict(chunking):
             logger.warning(
                 "this handle cuts new turns under %s; the store's dialogue was re-cut under "
@@ -214,14 +217,7 @@ def _chunking_for(store: SQLStore, chunking: ChunkingPolicy | None) -> ChunkingP
                 asdict(chunking),
                 recorded,
             )
-        return chunking
-    if recorded is None:
-        return ChunkingPolicy()
-    try:
-        return ChunkingPolicy(**recorded)
-    except (TypeError, ValueError):
-        logger.warning("ignoring an unreadable chunking policy in the store: %s", recorded)
-        return ChunkingPolicy()
+    return chunking
 
 
 def open_engine(

@@ -622,7 +622,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         """
         if conversation_id is not None:
             conversation_id = check_conversation_id(conversation_id)
-        self._engine.store.set_chunking_policy(asdict(self._engine.indexer.chunking))
+        self._engine.store.set_chunking_policy(asdict(self._engine.indexer.current_chunking()))
         count = self._engine.store.reset_conversations(self._tenant, conversation_id)
         self._engine.pool.wake()
         return count

@@ -94,14 +94,20 @@ class JobTables(Backend):
         base_delay: float,
         max_delay: float,
         max_attempts: int,
+        worker_id: str | None = None,
     ) -> None:
         """Record a failure of ``(tenant, job_id)`` jobs; retry with exponential backoff, or
-        mark failed after max_attempts. (The tenant routes each statement to one shard.)"""
+        mark failed after max_attempts. (The tenant routes each statement to one shard.)
+        ``worker_id``: only the jobs that worker still holds (another may have taken a job
+        whose lease ran out)."""
         now = self.now()
+        held = "" if worker_id is None else " AND status='running' AND claimed_by=?"
+        mine: tuple[str, ...] = () if worker_id is None else (worker_id,)
         with self._write() as conn:
             for tenant, job_id in jobs:
                 row = conn.execute(
-                    "SELECT attempts FROM jobs WHERE tenant=? AND job_id=?", (tenant, job_id)
+                    "SELECT attempts FROM jobs WHERE tenant=? AND job_id=?" + held,
+                    (tenant, job_id, *mine),
                 ).fetchone()
                 if row is None:
                     continue
@@ -115,18 +121,42 @@ class JobTables(Backend):
                     (status, attempts, error_code, message[:500], now + delay, now, tenant, job_id),
                 )
 
-    def release_jobs(self, jobs: Sequence[tuple[str, int]]) -> None:
+    def release_jobs(
+        self, jobs: Sequence[tuple[str, int]], *, worker_id: str | None = None
+    ) -> None:
         """Hand claimed ``(tenant, job_id)`` jobs back untouched (shutdown, or a lost race to
-        run again at once)."""
+        run again at once); ``worker_id``: only those that worker still holds."""
+        held = "" if worker_id is None else " AND claimed_by=?"
+        mine: tuple[str, ...] = () if worker_id is None else (worker_id,)
         with self._write() as conn:
             conn.executemany(
                 "UPDATE jobs SET status='pending', claimed_by=NULL, lease_until=NULL, "
-                "next_retry_at=? WHERE tenant=? AND job_id=? AND status='running'",
-                [(self.now(), tenant, job_id) for tenant, job_id in jobs],
+                "next_retry_at=? WHERE tenant=? AND job_id=? AND status='running'" + held,
+                [(self.now(), tenant, job_id, *mine) for tenant, job_id in jobs],
             )
 
+    def renew_jobs(
+        self, worker_id: str, jobs: Sequence[tuple[str, int]], *, lease_seconds: float
+    ) -> set[tuple[str, int]]:
+        """Extend the lease of the ``(tenant, job_id)`` jobs ``worker_id`` still holds to
+        ``lease_seconds`` from now; returns those (a job missing was finished, released,
+        or taken by another worker after its lease ran out)."""
+        now = self.now()
+        held: set[tuple[str, int]] = set()
+        with self._write() as conn:
+            for tenant, job_id in jobs:  # the tenant routes each update to one shard
+                cursor = conn.execute(
+                    "UPDATE jobs SET lease_until=? WHERE tenant=? AND job_id=? AND "
+                    "status='running' AND claimed_by=?",
+                    (now + lease_seconds, tenant, job_id, worker_id),
+                )
+                if cursor.rowcount:
+                    held.add((tenant, job_id))
+        return held
+
     def release_worker(self, worker_prefix: str) -> int:
-        """Release every job a worker (by identity prefix) still holds."""
+        """Release every job a worker (by identity prefix: one handle's workers are
+        ``host:pid:handle:``) still holds."""
         with self._write() as conn:
             cursor = conn.execute(
                 "UPDATE jobs SET status='pending', claimed_by=NULL, lease_until=NULL "

@@ -4,9 +4,12 @@ in one batch, write everything in one transaction, and record failures with back
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +35,7 @@ from convmem.store import (
     worker_identity,
 )
 from convmem.text import tokenize
+from convmem.worker.lease import Lease, LeaseKeeper
 from convmem.worker.prepare import Prepared, prepare
 from convmem.worker.vectors import embed_chunks
 
@@ -73,7 +77,12 @@ def error_code(exc: BaseException) -> str:
 
 
 class Indexer:
-    """Runs index jobs of every tenant of one store."""
+    """Runs index jobs of every tenant of one store.
+
+    ``chunking``: the policy new turns are cut under; None: the one the store records
+    (``Memory.rechunk``), read again at every pass, so a process follows a rechunk made by
+    another instead of undoing it.
+    """
 
     def __init__(
         self,
@@ -82,7 +91,7 @@ class Indexer:
         *,
         marker: Marker,
         policy: GovernancePolicy,
-        chunking: ChunkingPolicy,
+        chunking: ChunkingPolicy | None,
         retry: RetryPolicy,
         clock: Clock,
     ) -> None:
@@ -94,9 +103,43 @@ class Indexer:
         self.retry = retry
         self.clock = clock
         self.metrics = IndexerMetrics()
+        self.leases = LeaseKeeper(store, lease_seconds=retry.lease_seconds)
+        # Tells this handle's claims from those of other handles in the process, so that
+        # closing one hands back only its own.
+        self._handle = uuid.uuid4().hex[:12]
+        self._recorded: tuple[Mapping[str, Any] | None, ChunkingPolicy] = (None, ChunkingPolicy())
         #: Why this process stopped indexing (the store now records another embedding
         #: model than it runs), or None.
         self.stale: str | None = None
+
+    def claim_prefix(self) -> str:
+        """``host:pid:handle:``, how every claim of this indexer's workers begins."""
+        host_pid = worker_identity().rsplit(":", 1)[0]
+        return f"{host_pid}:{self._handle}:"
+
+    def worker_id(self) -> str:
+        """``host:pid:handle:thread``, the calling thread's claims of this indexer."""
+        return f"{self.claim_prefix()}{threading.get_ident()}"
+
+    def current_chunking(self) -> ChunkingPolicy:
+        """The policy a pass cuts under now: the handle's own, else the store's."""
+        if self.chunking is not None:
+            return self.chunking
+        recorded = self.store.chunking_policy()
+        if recorded == self._recorded[0]:
+            return self._recorded[1]
+        chunking = ChunkingPolicy()
+        if recorded is not None:
+            try:
+                chunking = ChunkingPolicy(**recorded)
+            except (TypeError, ValueError):
+                logger.warning("ignoring an unreadable chunking policy in the store: %s", recorded)
+        self._recorded = (recorded, chunking)
+        return chunking
+
+    def close(self) -> None:
+        """Stop renewing leases (after the workers stopped)."""
+        self.leases.stop()
 
     def policy(self, tenant: str) -> GovernancePolicy:
         """The product policy with the tenant's overrides applied."""
@@ -107,35 +150,50 @@ class Indexer:
         none once the store was found reindexed to another model (:attr:`stale`)."""
         if self.stale is not None:
             return 0
+        worker_id = self.worker_id()
+        since = self.store.now()
         claimed = self.store.claim_jobs(
-            worker_identity(),
-            limit=limit or self.retry.batch,
-            lease_seconds=self.retry.lease_seconds,
+            worker_id, limit=limit or self.retry.batch, lease_seconds=self.retry.lease_seconds
         )
         if not claimed:
             return 0
+        with self.leases.hold(worker_id, claimed, since=since) as lease:
+            return self._run(claimed, lease)
+
+    def _run(self, claimed: Sequence[ClaimedJob], lease: Lease) -> int:
         began = time.perf_counter()
+        worker_id = lease.worker_id
         groups: dict[tuple[str, str], list[ClaimedJob]] = {}
         for job in claimed:
             groups.setdefault((job.tenant, job.conversation_id), []).append(job)
+        chunking = self.current_chunking()
         prepared: list[Prepared] = []
         for jobs in groups.values():
             try:
                 prepared.append(
-                    prepare(
-                        self.store, self.marker, self.policy(jobs[0].tenant), self.chunking, jobs
-                    )
+                    prepare(self.store, self.marker, self.policy(jobs[0].tenant), chunking, jobs)
                 )
             except Exception as exc:  # one conversation's failure stays with its own jobs
-                self.fail(jobs, exc)
+                self.fail(jobs, exc, worker_id=worker_id)
         if not prepared:
             return 0
         everything = [job for item in prepared for job in item.jobs]
+        if self.current_chunking() != chunking:
+            # a rechunk recorded another policy while this pass read the turns (it may
+            # have read them after the reset): run again under the new one
+            self.store.release_jobs(_keys(everything), worker_id=worker_id)
+            return 0
         try:
             self._embed(prepared)
+            # a job whose lease ran out and that another worker took is that worker's now
+            held = self.leases.confirm(lease)
         except Exception as exc:
-            self.fail(everything, exc)
+            self.fail(everything, exc, worker_id=worker_id)
             return 0
+        prepared = [item for item in prepared if set(_keys(item.jobs)) <= held]
+        if not prepared:
+            return 0
+        everything = [job for item in prepared for job in item.jobs]
         try:
             results = self.store.apply_index(
                 [_batch(item) for item in prepared], model_id=self.embedding.model_id
@@ -143,14 +201,14 @@ class Indexer:
         except EmbeddingMismatchError as exc:
             # the store was reindexed to another model: this process can index nothing
             # more, and the jobs go back untouched for a process running the new model
-            self.store.release_jobs([(job.tenant, job.job_id) for job in everything])
+            self.store.release_jobs(_keys(everything), worker_id=worker_id)
             if self.stale is None:
                 logger.error("index worker stopped: %s", exc)
             self.stale = str(exc)
             return 0
         except Exception as exc:
             self.metrics.upsert_failures.inc()
-            self.fail(everything, exc)
+            self.fail(everything, exc, worker_id=worker_id)
             return 0
         done = 0
         for item, ok in zip(prepared, results, strict=True):
@@ -158,12 +216,15 @@ class Indexer:
                 done += len(item.jobs)
                 self.metrics.chunks_ingested.inc(len(item.chunks))
             else:  # the conversation changed under the pass: run it again
-                self.store.release_jobs([(job.tenant, job.job_id) for job in item.jobs])
+                self.store.release_jobs(_keys(item.jobs), worker_id=worker_id)
         self.metrics.index_latency.observe(time.perf_counter() - began)
         return done
 
-    def fail(self, jobs: Sequence[ClaimedJob], exc: BaseException) -> None:
-        """Record a failure on the jobs: retried with backoff, ``failed`` at the limit."""
+    def fail(
+        self, jobs: Sequence[ClaimedJob], exc: BaseException, *, worker_id: str | None = None
+    ) -> None:
+        """Record a failure on the jobs: retried with backoff, ``failed`` at the limit
+        (``worker_id``: only on those it still holds)."""
         logger.warning(
             "index jobs %s failed (%s): %s", [job.job_id for job in jobs], type(exc).__name__, exc
         )
@@ -175,6 +236,7 @@ class Indexer:
             base_delay=self.retry.base_seconds,
             max_delay=self.retry.max_seconds,
             max_attempts=self.retry.max_attempts,
+            worker_id=worker_id,
         )
 
     def _embed(self, prepared: Sequence[Prepared]) -> None:
@@ -217,6 +279,10 @@ class Indexer:
                 )
                 for index, record in enumerate(item.records)
             ]
+
+
+def _keys(jobs: Sequence[ClaimedJob]) -> list[tuple[str, int]]:
+    return [(job.tenant, job.job_id) for job in jobs]
 
 
 def _batch(item: Prepared) -> IndexBatch:
