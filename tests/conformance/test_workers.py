@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import pytest
@@ -24,6 +24,7 @@ from convmem.clock import ManualClock
 from convmem.embed.base import Vectors
 from convmem.governance import KeepAllMarker
 from convmem.ingest import ChunkingPolicy
+from convmem.store import IndexBatch
 from helpers import make_turns
 
 TEXTS = [f"第{i}句：周末搬家，预算 {i} 千元，还要买书架 shelf {i}。" for i in range(12)]
@@ -228,3 +229,30 @@ def test_a_handle_without_a_policy_follows_a_later_rechunk(backend_url: str) -> 
         own.add_turns("e", make_turns(TEXTS[:4]))
         own.flush()
         assert set(_versions(own, "e")) == {1}
+
+
+def test_the_store_writes_no_pass_whose_jobs_another_worker_holds(backend_url: str) -> None:
+    with _open(backend_url) as memory:
+        receipt = memory.add_turns("c", make_turns(TEXTS[:4]))
+        store = memory.store
+        (job,) = store.claim_jobs("w-old", limit=10, lease_seconds=3600)
+        state = store.conversation_state(memory.tenant, "c")
+        batch = IndexBatch(
+            tenant=memory.tenant,
+            conversation_id="c",
+            expected_revision=state.revision,
+            supersede_after=-1,
+            chunks=[],
+            frontier=None,
+            indexed_seq=3,
+            job_ids=[job.job_id],
+        )
+        # the lease ran out and another worker took the job: the old pass writes nothing
+        with store._write() as conn:
+            conn.execute("UPDATE jobs SET claimed_by='w-new' WHERE job_id=?", (job.job_id,))
+        model = memory.embedding.model_id
+        assert store.apply_index([replace(batch, claimed_by="w-old")], model_id=model) == [False]
+        assert _claim(memory, receipt.job_id)[:2] == ("running", "w-new")
+        assert store.conversation_state(memory.tenant, "c").revision == state.revision
+        assert store.apply_index([replace(batch, claimed_by="w-new")], model_id=model) == [True]
+        assert _claim(memory, receipt.job_id)[:2] == ("done", None)

@@ -161,6 +161,16 @@ class ChunkTables(GovernanceTables):
         ).fetchone()
         if row is None or row[0] != batch.expected_revision:
             return False
+        if batch.claimed_by is not None and batch.job_ids:
+            held = select_in(
+                conn,
+                "SELECT count(*) FROM jobs WHERE tenant=? AND claimed_by=? AND "
+                "status='running' AND job_id IN ({marks})",
+                list(batch.job_ids),
+                before=[tenant, batch.claimed_by],
+            )
+            if sum(row[0] for row in held) != len(batch.job_ids):
+                return False  # another worker took them (this pass outlived its lease)
         keep = {item.record.chunk_id for item in batch.chunks}
         stale = [
             rowid

@@ -124,6 +124,9 @@ class IndexBatch:
     marks: Sequence[MarkWrite] = ()
     pins: Sequence[PinRecord] = ()
     notes: Sequence[NoteDraft] = ()
+    # The worker whose claims these jobs must still be (None: not checked): a pass that
+    # outlived its lease writes nothing once another worker took its jobs.
+    claimed_by: str | None = None
 
 
 def text_digest(text: str) -> str:

@@ -196,7 +196,7 @@ class Indexer:
         everything = [job for item in prepared for job in item.jobs]
         try:
             results = self.store.apply_index(
-                [_batch(item) for item in prepared], model_id=self.embedding.model_id
+                [_batch(item, worker_id) for item in prepared], model_id=self.embedding.model_id
             )
         except EmbeddingMismatchError as exc:
             # the store was reindexed to another model: this process can index nothing
@@ -285,8 +285,9 @@ def _keys(jobs: Sequence[ClaimedJob]) -> list[tuple[str, int]]:
     return [(job.tenant, job.job_id) for job in jobs]
 
 
-def _batch(item: Prepared) -> IndexBatch:
+def _batch(item: Prepared, worker_id: str) -> IndexBatch:
     return IndexBatch(
+        claimed_by=worker_id,
         tenant=item.tenant,
         conversation_id=item.conversation_id,
         expected_revision=item.revision,
