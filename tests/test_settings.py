@@ -87,3 +87,26 @@ def test_a_tenant_the_service_would_reject_is_refused_at_the_edge(tenant: str) -
     with pytest.raises(InvalidInputError, match="'tenant'") as info:
         load_settings({"tenant": tenant})
     assert info.value.field == "tenant"
+
+
+def test_config_and_policy_files_saved_with_a_byte_order_mark_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from convmem.governance import load_policy
+
+    store = tmp_path / "bom.db"
+    config = tmp_path / "bom.toml"
+    config.write_bytes(f'\ufeffstore = "{store}"\nembedder = "hashing"\n'.encode())
+    assert main(["stats", "--config", str(config)]) == 0
+    assert str(store) in json.loads(capsys.readouterr().out)["store"]
+    policy = tmp_path / "policy.json"
+    policy.write_bytes('\ufeff{"rules": {"task(open)": {"ttl_seconds": 60}}}'.encode())
+    assert load_policy(policy).rule("task(open)").ttl_seconds == 60
+    # a file in another encoding is named, with the fix
+    config.write_bytes(f'store = "{store}"\n# café\n'.encode("latin-1"))
+    assert main(["stats", "--config", str(config)]) == 2
+    assert "is not UTF-8" in capsys.readouterr().err
+    policy.write_bytes(b'{"rules": {}} ' + "é".encode("latin-1"))
+    with pytest.raises(InvalidInputError) as caught:
+        load_policy(policy)
+    assert caught.value.field == "policy" and "save it as UTF-8" in str(caught.value)

@@ -86,7 +86,13 @@ class _DictSource(PydanticBaseSettingsSource):
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
-        values = tomllib.loads(path.read_text(encoding="utf-8"))
+        # utf-8-sig: editors on Windows save UTF-8 with a byte order mark
+        values = tomllib.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            f"config file {str(path)!r} is not UTF-8 (byte {exc.start}); save it as UTF-8",
+            field="--config",
+        ) from None
     except FileNotFoundError:
         raise InvalidInputError(
             f"config file {str(path)!r} does not exist; fix --config or CONVMEM_CONFIG",

@@ -191,7 +191,12 @@ def load_policy(
     if isinstance(source, str | Path):
         path = Path(source)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_bytes().decode("utf-8-sig"))  # a BOM is accepted
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(
+                f"policy file {str(path)!r} is not UTF-8 (byte {exc.start}); save it as UTF-8",
+                field="policy",
+            ) from None
         except (OSError, ValueError) as exc:  # ValueError: bad JSON, or a NUL in the path
             raise InvalidInputError(
                 f"cannot read policy file {str(path)!r}: {exc}", field="policy"
