@@ -15,7 +15,7 @@ __all__ = ["router"]
 router = tenant_router("governance")
 
 
-@router.post("/delete", responses={**BODY_ERRORS, **documented(404)})
+@router.post("/delete", responses=BODY_ERRORS)
 def delete(body: DeleteIn, memory: Caller) -> DeleteOut:
     """Logical delete by ``conversation_id`` + ``turn_range`` or ``chunk_ids``."""
     if body.turn_range is None and body.chunk_ids is None:

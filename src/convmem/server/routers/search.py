@@ -1,7 +1,6 @@
 """Search the caller's tenant: plain hybrid search, or hinted (tiered) retrieval."""
 
 from convmem.server.auth import Caller
-from convmem.server.errors import documented
 from convmem.server.routers._tenant import BODY_ERRORS, tenant_router
 from convmem.server.schemas import SearchIn, SearchOut
 
@@ -10,7 +9,7 @@ __all__ = ["router"]
 router = tenant_router("search")
 
 
-@router.post("/search", responses={**BODY_ERRORS, **documented(404)})
+@router.post("/search", responses=BODY_ERRORS)
 def search(body: SearchIn, memory: Caller) -> SearchOut:
     """Hybrid search in the caller's tenant; deleted and expired memory never returned.
 
