@@ -445,3 +445,88 @@ def test_a_scene_past_the_story_range_is_refused_not_left_empty(novel: Memory) -
         )
         assert answered.status_code == 200, answered.text
         assert answered.json()["degraded"] == []
+
+
+def _project(folder: Path, chapters: dict[str, str], states: str = "") -> Path:
+    (folder / "chapters").mkdir(parents=True, exist_ok=True)
+    for name, text in chapters.items():
+        (folder / "chapters" / name).write_text(text, encoding="utf-8")
+    if states:
+        (folder / "states.jsonl").write_text(states, encoding="utf-8")
+    return folder
+
+
+def test_a_reloaded_project_keeps_no_chunk_of_text_it_no_longer_has(tmp_path: Path) -> None:
+    folder = _project(
+        tmp_path / "p",
+        {
+            "chapter_01_v2.md": "序章的开头，没有场景标题。\n\n## 场景 1\n林晚拿到刻着OLDTEXT的铜钥匙。\n",
+            "chapter_02.md": "## 场景 0\n沈舟在码头等船。\n",
+        },
+    )
+    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        assert load_project(memory, "p", folder)["chunks"] == 3
+        story = memory.story("p")
+        found = story.search("序章 开头 码头 铜钥匙", top_k=10)
+        # text before the first heading is scene 0, as is a scene numbered 0; the file's
+        # first number is its chapter
+        assert {(c.chapter_index, c.scene_index) for c in found} == {(1, 0), (1, 1), (2, 0)}
+        (folder / "chapters" / "chapter_01_v2.md").write_text(
+            "## 场景 1\n林晚拿到刻着NEWTEXT的铜钥匙。\n", encoding="utf-8"
+        )
+        story.add_memory_chunks(  # a chunk the caller added to another chapter stays
+            [{"chapter_index": 9, "scene_index": 1, "content": "番外：铜钥匙的来历"}]
+        )
+        assert load_project(memory, "p", folder)["chunks"] == 2
+        texts = [c.content for c in story.search("OLDTEXT NEWTEXT 铜钥匙 序章", top_k=10)]
+        assert not any("OLDTEXT" in t or "序章" in t for t in texts)
+        assert any("NEWTEXT" in t for t in texts) and any("番外" in t for t in texts)
+
+
+@pytest.mark.parametrize(
+    ("chapters", "states", "field"),
+    [
+        (
+            {"c1.md": "## 场景 1\n正文。\n"},
+            '{"entity_id": 5, "chapter_index": 1, "scene_index": 1}\n',
+            "states[0].entity_id",
+        ),
+        ({"c1.md": "## 场景 100000\n正文。\n"}, "", "c1.md"),
+    ],
+)
+def test_a_bad_project_file_is_named_and_nothing_is_stored(
+    tmp_path: Path, chapters: dict[str, str], states: str, field: str
+) -> None:
+    folder = _project(tmp_path / "p", chapters, states)
+    with Memory.open(str(tmp_path / "m.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        with pytest.raises(InvalidInputError) as caught:
+            load_project(memory, "p", folder)
+        assert caught.value.field == field
+        assert memory.story("p").chunk_ids() == []
+
+
+def test_a_scene_context_refuses_a_callers_mistakes_and_degrades_only_for_failures(
+    novel: Memory, tmp_path: Path
+) -> None:
+    for options, field in (({"top_k": 0}, "top_k"), ({"timeline_window": -1}, "timeline_window")):
+        with pytest.raises(InvalidInputError) as caught:
+            build_scene_memory_context(PLAN, CAST, "harbor", 3, 1, memory=novel, **options)
+        assert caught.value.field == field
+    long_name = PLAN.model_dump() | {"characters": ["林晚", "X" * 201]}
+    with pytest.raises(InvalidInputError) as caught:
+        build_scene_memory_context(long_name, CAST, "harbor", 3, 1, memory=novel)
+    assert caught.value.field == "scene_plan.characters.1"
+
+    class Silent:
+        name = "silent"
+
+        def plan(self, scene: Any, cast: Any) -> Any:
+            return None
+
+    context = build_scene_memory_context(
+        PLAN, CAST, "harbor", 3, 1, memory=novel, planner=Silent(), output_path="/tmp/a\0b.json"
+    )
+    assert context.relevant_memories and context.entity_states  # the rule planner's
+    assert [note.split(":")[0] for note in context.degraded] == ["planner", "output"]
+    assert context.timeline_context is not None
+    assert all("version" in event for event in context.timeline_context["events"])

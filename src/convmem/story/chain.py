@@ -21,8 +21,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from convmem.errors import EmbedderError, InvalidInputError
+from convmem.ids import check_whole
 from convmem.story.memory import StoryHost, StoryMemory, check_index
 from convmem.story.models import (
+    MAX_CHAPTER,
     CharactersConfig,
     EntityStateSnapshot,
     SceneMemoryContext,
@@ -61,11 +63,16 @@ def build_scene_memory_context(
     cast = _parsed(CharactersConfig, characters, "characters")
     chapter_index = check_index(chapter_index, "chapter_index")
     scene_index = check_index(scene_index, "scene_index")
+    # a caller's mistakes are errors, not degraded parts (those are the store's failures)
+    top_k = check_whole(top_k, "top_k", 1, 1000)
+    timeline_window = check_whole(timeline_window, "timeline_window", 0, MAX_CHAPTER)
     story = memory.story(project_id)
     degraded: list[str] = []
     default = RuleScenePlanner()
     try:
         needs = (planner or default).plan(scene, cast)
+        if not isinstance(needs, SceneNeeds):
+            raise TypeError(f"the planner returned {type(needs).__name__}, not SceneNeeds")
     except Exception as exc:  # an LLM planner failing must not stop the chain
         logger.warning("scene planner failed, using the rule planner: %s", exc)
         degraded.append(f"planner: {type(exc).__name__}; used the rule planner")
@@ -88,7 +95,7 @@ def build_scene_memory_context(
     if output_path is not None:
         try:
             _write_json(Path(output_path), context)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
             logger.warning("could not write the scene context to %s: %s", output_path, exc)
             context = context.model_copy(update={"degraded": [*context.degraded, f"output: {exc}"]})
     if context.degraded:
@@ -159,6 +166,7 @@ def _timeline(
                 "entity_type": snap.entity_type,
                 "chapter_index": snap.chapter_index,
                 "scene_index": snap.scene_index,
+                "version": snap.version,
                 "state": snap.state,
             }
             for snap in story.timeline(chapter_index, window)

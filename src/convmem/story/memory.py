@@ -24,6 +24,9 @@ from convmem.retrieve import Searcher, SearchRequest
 from convmem.store.filters import MAX_LIST
 from convmem.story.models import MAX_CHAPTER, POSITION_SCALE, EntityStateSnapshot, StoryMemoryChunk
 
+#: Chunks read per page when listing a project's chunks.
+PAGE = 1000
+
 __all__ = [
     "POSITION_SCALE",
     "StoryHost",
@@ -71,6 +74,16 @@ class StoryHost(Protocol):
     ) -> _Deleted: ...
 
     def delete_entity_states(self, project_id: str, entity_id: str) -> int: ...
+
+    def chunks(
+        self,
+        conversation_id: str | None = None,
+        *,
+        chunk_ids: Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[ChunkRecord]: ...
 
     @property
     def searcher(self) -> Searcher: ...
@@ -284,6 +297,26 @@ class StoryMemory:
         the result's ``errors``.
         """
         return self._space.delete(self.project_id, chunk_ids=chunk_ids)
+
+    def chunk_ids(
+        self, *, chapters: Iterable[int] | None = None, content_type: str | None = None
+    ) -> list[str]:
+        """The ids of this project's live story chunks, oldest first (of ``chapters`` and
+        of ``content_type`` only, when given)."""
+        wanted = None if chapters is None else set(chapters)
+        ids: list[str] = []
+        offset = 0
+        while True:
+            page = self._space.chunks(self.project_id, limit=PAGE, offset=offset)
+            for record in page:
+                extra = record.metadata.model_extra or {}
+                if (wanted is None or extra.get("chapter_index") in wanted) and (
+                    content_type is None or extra.get("content_type") == content_type
+                ):
+                    ids.append(record.chunk_id)
+            if len(page) < PAGE:
+                return ids
+            offset += PAGE
 
     def delete_entity(self, entity_id: str) -> int:
         """Remove every state snapshot of one entity of this project (physically, at once);

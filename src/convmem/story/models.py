@@ -15,7 +15,7 @@ Field choices for the plan and the characters (the seed leaves them open):
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -72,7 +72,11 @@ class ScenePlan(BaseModel):
     summary: str = Field(default="", max_length=4000)
     location: str | None = Field(default=None, max_length=200)
     story_time: str | None = Field(default=None, max_length=200)
-    characters: list[str] = Field(default_factory=list, max_length=100)
+    # each a name or entity id on stage: at most as long as an entity id (a longer one
+    # could never match, and its lookup failing emptied every state)
+    characters: list[Annotated[str, Field(max_length=200)]] = Field(
+        default_factory=list, max_length=100
+    )
     purpose: str = Field(default="", max_length=2000)
     key_actions: list[str] = Field(default_factory=list, max_length=100)
     mood: str | None = Field(default=None, max_length=100)
