@@ -108,3 +108,16 @@ def test_a_retry_after_header_is_ascii_seconds_or_the_backoff_is_kept(
         )
     assert response.status_code == 200
     assert slept == [float(after)] if honoured else 0.005 <= slept[0] <= 0.01
+
+
+def test_an_endpoint_whose_batches_disagree_on_the_dimension_is_an_embedder_error() -> None:
+    from convmem.embed.hashing import HashingEmbedder
+    from convmem.embed.openai import OpenAIEmbedder
+
+    script = Script(embedder=HashingEmbedder(16))
+    with openai_server(script) as url:
+        embedder = OpenAIEmbedder(url, "m", batch_size=1, retry=Retry(attempts=1))
+        assert embedder.embed(["甲"]).shape == (1, 16)
+        script.embedder = HashingEmbedder(8)  # the model behind the endpoint changed
+        with pytest.raises(EmbedderError, match="8-d vectors; this embedder is 16-d"):
+            embedder.embed(["乙", "丙"])

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import json_repair
 
 from convmem.errors import ConvmemError
-from convmem.remote import Retry, post_json
+from convmem.remote import Retry, bearer, post_json
 
 if TYPE_CHECKING:  # imported when a client is made: `import convmem` does not load it
     import httpx
@@ -37,6 +37,10 @@ def parse_json_answer(content: str) -> Any:
         ValueError: nothing JSON-like is left.
     """
     text = _THINK.sub("", content).strip()
+    try:  # the whole answer first: a string in valid JSON may hold a ``` fence
+        return json.loads(text)
+    except ValueError:
+        pass
     fenced = _FENCE.search(text)
     if fenced:
         text = fenced.group(1).strip()
@@ -82,7 +86,7 @@ class ChatClient:
     ) -> None:
         import httpx
 
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = bearer(api_key)
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
         )

@@ -12,14 +12,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from convmem.errors import InvalidInputError
+
 if TYPE_CHECKING:  # imported where a call is made: `import convmem` does not load it
     import httpx
 
-__all__ = ["RETRY_STATUSES", "Retry", "post_json"]
+__all__ = ["RETRY_STATUSES", "Retry", "bearer", "post_json"]
 
 logger = logging.getLogger(__name__)
 
-RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: Answers worth asking again: a timeout, too early or too many, and every 5xx but the two
+#: no retry changes (501 Not Implemented, 505 HTTP Version Not Supported); gateways and
+#: overloaded services answer 520-529.
+RETRY_STATUSES = frozenset(
+    {408, 425, 429, *(code for code in range(500, 600) if code not in (501, 505))}
+)
 SECONDS = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 
 
@@ -32,6 +39,23 @@ class Retry:
     base_seconds: float = 0.5
     max_seconds: float = 8.0
 
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.attempts, bool)
+            or not isinstance(self.attempts, int)
+            or self.attempts < 1
+        ):
+            raise InvalidInputError(
+                f"retry.attempts must be a whole number >= 1, got {self.attempts!r}",
+                field="retry.attempts",
+            )
+        for name in ("base_seconds", "max_seconds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise InvalidInputError(
+                    f"retry.{name} must be a number >= 0, got {value!r}", field=f"retry.{name}"
+                )
+
     def delay(self, attempt: int, response: httpx.Response | None) -> float:
         wait: float = min(self.max_seconds, self.base_seconds * 2**attempt) * random.uniform(
             0.5, 1.0
@@ -42,6 +66,22 @@ class Retry:
         if after is not None and SECONDS.fullmatch(after.strip()):
             wait = min(self.max_seconds, max(wait, float(after)))
         return wait
+
+
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The ``Authorization`` header of an API key (none without one). Blanks around it are
+    dropped; a key holding any other character outside printable ASCII is refused without
+    showing it (httpx would put it in an error message, and errors reach job records)."""
+    if api_key is None or not api_key.strip():
+        return {}
+    key = api_key.strip()
+    if any(not " " < ch <= "~" for ch in key):
+        raise InvalidInputError(
+            f"api_key holds a character no HTTP header can carry ({len(key)} characters; "
+            "a line break or a space inside it?); check how it was copied",
+            field="api_key",
+        )
+    return {"Authorization": f"Bearer {key}"}
 
 
 def post_json(
@@ -59,6 +99,8 @@ def post_json(
         last = attempt == retry.attempts - 1
         try:
             response = client.post(path, json=body)
+        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError):
+            raise  # a URL or a request no retry mends
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             if last:
                 raise

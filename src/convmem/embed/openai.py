@@ -10,7 +10,7 @@ import numpy as np
 
 from convmem.embed.base import Vectors, normalise_rows
 from convmem.errors import EmbedderError
-from convmem.remote import Retry, post_json
+from convmem.remote import Retry, bearer, post_json
 
 if TYPE_CHECKING:  # imported when an embedder is made: `import convmem` does not load it
     import httpx
@@ -48,7 +48,7 @@ class OpenAIEmbedder:
     ) -> None:
         import httpx
 
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = bearer(api_key)
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
         )
@@ -93,10 +93,20 @@ class OpenAIEmbedder:
             raise EmbedderError(
                 f"Embedding endpoint {self._base_url} returned an unexpected body: {exc}"
             ) from exc
-        if matrix.ndim != 2 or matrix.shape[0] != len(batch):
+        if matrix.ndim != 2:
+            raise EmbedderError(
+                f"Embedding endpoint {self._base_url} returned vectors of shape "
+                f"{matrix.shape[1:]} (ragged or nested), not one flat vector per text"
+            )
+        if matrix.shape[0] != len(batch):
             raise EmbedderError(
                 f"Embedding endpoint {self._base_url} returned {matrix.shape[0]} vectors "
                 f"for {len(batch)} texts"
+            )
+        if self._dimension is not None and matrix.shape[1] != self._dimension:
+            raise EmbedderError(
+                f"Embedding endpoint {self._base_url} returned {matrix.shape[1]}-d vectors; "
+                f"this embedder is {self._dimension}-d (the model or its settings changed?)"
             )
         logger.info("embedded %d texts via %s", len(batch), self._base_url)
         return matrix
@@ -104,19 +114,15 @@ class OpenAIEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        parts = [
-            self._request(list(texts[start : start + self._batch_size]))
-            for start in range(0, len(texts), self._batch_size)
-        ]
-        matrix = np.concatenate(parts, axis=0)
-        if self._dimension is None:
-            self._dimension = int(matrix.shape[1])
-        elif matrix.shape[1] != self._dimension:
-            raise EmbedderError(
-                f"Embedding endpoint {self._base_url} returned {matrix.shape[1]}-d vectors; "
-                f"expected {self._dimension}"
-            )
-        return normalise_rows(matrix)
+        parts = []
+        for start in range(0, len(texts), self._batch_size):
+            # each batch is checked against the dimension (the first batch's, when the
+            # embedder was made without one): batches that disagree are an EmbedderError
+            part = self._request(list(texts[start : start + self._batch_size]))
+            if self._dimension is None:
+                self._dimension = int(part.shape[1])
+            parts.append(part)
+        return normalise_rows(np.concatenate(parts, axis=0))
 
     def close(self) -> None:
         self._client.close()

@@ -103,7 +103,8 @@ class LLMMarker(MarkerBase):
     def mark_turns(
         self, turns: list[MarkTurn], context: list[MarkTurn], policy: GovernancePolicy
     ) -> list[TurnMark]:
-        messages = build_prompt(turns, context[-self.context_turns :], policy)
+        before = context[len(context) - self.context_turns :] if self.context_turns > 0 else []
+        messages = build_prompt(turns, before, policy)
         try:
             payload = self._chat.json_messages(messages)
         except ChatError as exc:

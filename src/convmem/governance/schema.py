@@ -162,8 +162,8 @@ def _turn_fields(turn: Any) -> tuple[Any, str]:
 
 def _lookup(texts: Mapping[Any, str], turn_id: Any) -> tuple[Any, str] | None:
     """Find a turn by id; an LLM may write an int id as a string ("12" for 12)."""
-    if isinstance(turn_id, bool):
-        return None
+    if isinstance(turn_id, bool) or not isinstance(turn_id, int | str):
+        return None  # a list or an object names no turn (and cannot be looked up)
     if turn_id in texts:
         return turn_id, texts[turn_id]
     if isinstance(turn_id, str) and turn_id.isdigit() and int(turn_id) in texts:
