@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from convmem import Memory
+from convmem import HashingEmbedder, Memory
 from convmem.aio import AsyncMemory
-from convmem.errors import InvalidInputError
+from convmem.embed.base import Vectors
+from convmem.errors import InvalidInputError, StoreError
+from convmem.governance import KeepAllMarker
 from helpers import make_turns
 
 FACTS = ["我护照是2025年2月18日过期的。", "了解，我记下了。"]
@@ -133,6 +138,97 @@ def test_async_memory_offloads_the_same_methods(memory: Memory) -> None:
     assert texts and "2025年2月18日" in texts[0]
     with pytest.raises(AttributeError, match="sync"):
         AsyncMemory(memory).close  # noqa: B018 (the attribute access is the test)
+
+
+class _GatedEmbedder(HashingEmbedder):
+    """Once armed, each embedding waits at ``gate``: a search's thread held in the store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.entered = threading.Semaphore(0)
+        self.gate = threading.Event()
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if self.armed:
+            self.entered.release()
+            assert self.gate.wait(10), "the test never opened the gate"
+        return super().embed(texts)
+
+
+async def _acquired(semaphore: threading.Semaphore, timeout: float = 10.0) -> bool:
+    """Acquire without blocking the event loop or taking one of its executor's threads."""
+    deadline = time.monotonic() + timeout
+    while not semaphore.acquire(blocking=False):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
+
+
+@pytest.mark.parametrize(
+    ("calls", "threads", "running"),
+    [
+        (3, None, 3),  # every call has a thread: one embeds, two wait for the embedder
+        (2, 1, 1),  # one thread: the second call, cancelled before it ran, never runs
+    ],
+)
+def test_async_memory_aclose_waits_for_the_threads_of_cancelled_calls(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, calls: int, threads: int | None, running: int
+) -> None:
+    """Cancelling a task does not stop its thread: aclose used to close the store (every
+    thread's SQLite connection) under threads still reading it, which could segfault."""
+    embedder = _GatedEmbedder()
+    memory = Memory.open(store_url, embedder=embedder, marker=KeepAllMarker(), workers=0)
+    memory.add_turns("trip", make_turns(FACTS))
+    memory.flush()
+    outcomes: list[object] = []
+    started = threading.Semaphore(0)
+    real_search = memory.search
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:  # the real search, its outcome kept
+        started.release()
+        try:
+            hits = real_search(*args, **kwargs)
+        except BaseException as exc:
+            outcomes.append(exc)
+            raise
+        outcomes.append(hits)
+        return hits
+
+    monkeypatch.setattr(memory, "search", recorded)
+
+    async def run() -> tuple[list[BaseException | None], bool]:
+        if threads is not None:
+            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads))
+        facade = AsyncMemory(memory)
+        embedder.armed = True
+        tasks = [asyncio.create_task(facade.search("护照", top_k=2)) for _ in range(calls)]
+        for ready in [started] * running + [embedder.entered]:
+            assert await _acquired(ready)
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        closing = asyncio.create_task(facade.aclose())
+        await asyncio.sleep(0.2)
+        held = not closing.done()  # waiting for the threads, the store still open
+        embedder.gate.set()
+        await asyncio.wait_for(closing, 10)
+        with pytest.raises(StoreError, match="closed"):
+            await facade.search("护照")
+        return [r if isinstance(r, BaseException) else None for r in results], held
+
+    try:
+        results, held = asyncio.run(run())
+    finally:
+        embedder.gate.set()
+        memory.close()
+    assert all(isinstance(r, asyncio.CancelledError) for r in results)
+    assert held, "aclose closed the store while cancelled calls' threads were still in it"
+    assert len(outcomes) == running  # each ran to the end, on an open store
+    assert all(isinstance(hits, list) and hits for hits in outcomes), outcomes
+    with pytest.raises(StoreError, match="closed"):
+        memory.recent_turns("trip", 2)  # aclose did close the Memory
 
 
 def test_langgraph_store_round_trips_searches_and_forgets(memory: Memory) -> None:
