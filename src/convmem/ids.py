@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convmem.errors import InvalidInputError
-from convmem.models import MAX_SEQ, text_problem
+from convmem.models import MAX_ID_LENGTH, MAX_SEQ, text_problem
 
 __all__ = [
     "MAX_CONVERSATION_ID",
@@ -69,6 +69,17 @@ def check_conversation_id(conversation_id: Any) -> str:
         )
     _storable(conversation_id, "conversation_id")
     return conversation_id
+
+
+def check_chunk_id(chunk_id: Any, field: str = "chunk_id") -> str:
+    """A chunk id a caller writes: 1..:data:`~convmem.models.MAX_ID_LENGTH` characters,
+    not blank (a blank or longer one could never be named again to delete it)."""
+    if not isinstance(chunk_id, str) or not chunk_id.strip() or len(chunk_id) > MAX_ID_LENGTH:
+        size = f"{len(chunk_id)} characters" if isinstance(chunk_id, str) else repr(chunk_id)
+        raise InvalidInputError(
+            f"{field} must be 1..{MAX_ID_LENGTH} characters and not blank, got {size}", field=field
+        )
+    return chunk_id
 
 
 def check_turn_range(turn_range: Any) -> tuple[int, int]:

@@ -26,6 +26,7 @@ from convmem.governance import GovernancePolicy, Marker, Note, TurnMark
 from convmem.ids import (
     DeleteResult,
     UpsertResult,
+    check_chunk_id,
     check_conversation_id,
     check_flag,
     check_limit,
@@ -37,15 +38,15 @@ from convmem.ids import (
 )
 from convmem.ingest import ChunkingPolicy, line_tokens
 from convmem.models import (
-    MAX_ID_LENGTH,
     MAX_SEQ,
+    MAX_TEXT_CHARS,
     AddTurnsReceipt,
     ChunkRecord,
     FlushResult,
     Hit,
-    check_query_text,
     first_problem,
     parse_turns,
+    runs_backwards,
     text_problem,
 )
 from convmem.retrieve import (
@@ -58,7 +59,7 @@ from convmem.retrieve import (
 from convmem.retrieve.fusion import FUSIONS
 from convmem.store import IndexedChunk, SQLStore, StoredTurn, parse_filters
 from convmem.store.ann import ANN_MIN_ROWS
-from convmem.text import bilingual, clean_text, tokenize
+from convmem.text import bilingual, tokenize
 from convmem.worker import RetryPolicy
 from convmem.worker.vectors import embed_chunks
 
@@ -87,7 +88,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         chunking: ChunkingPolicy | None = None,
         workers: int = 1,
         durability: str = "full",
-        max_text_chars: int = 32000,
+        max_text_chars: int = MAX_TEXT_CHARS,
         retry_base_seconds: float = 1.0,
         retry_max_seconds: float = 300.0,
         max_attempts: int = 12,
@@ -416,9 +417,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
 
     def embed_query(self, text: str) -> list[float]:
         """The normalised query vector, through the model's query side (seed ``embed_chunk``)."""
-        check_query_text(text, "text")
-        vector = self._engine.embedding.embed_query_array([clean_text(text) or text])[0]
-        return [float(value) for value in vector]
+        return self._engine.embedding.embed_chunk(text)
 
     def recent_turns(
         self, conversation_id: str, limit: int = 20, *, kept_only: bool = False
@@ -684,15 +683,15 @@ def _caller_chunk_problem(record: ChunkRecord) -> str | None:
         check_conversation_id(record.metadata.conversation_id)
     except InvalidInputError as exc:
         return f"metadata.{exc}"
-    chunk_id = record.chunk_id
-    if not chunk_id.strip() or len(chunk_id) > MAX_ID_LENGTH:
-        return (
-            f"chunk_id must be 1..{MAX_ID_LENGTH} characters and not blank, got "
-            f"{len(chunk_id)} characters"
-        )
+    try:
+        check_chunk_id(record.chunk_id)
+    except InvalidInputError as exc:
+        return str(exc)
     span = record.metadata.timestamp_range
-    if span is not None and datetime.fromisoformat(span[0]) > datetime.fromisoformat(span[1]):
-        return f"metadata.timestamp_range starts after it ends: {list(span)}; send [start, end]"
+    if runs_backwards(span):
+        return (
+            f"metadata.timestamp_range starts after it ends: {list(span or ())}; send [start, end]"
+        )
     return None
 
 
@@ -710,15 +709,10 @@ def _ids(chunk_ids: Any) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _MarkedTurn:
+class _MarkedTurn(StoredTurn):
     """A recent turn as the short-term tier reads it: with its effective mark."""
 
-    seq: int
-    role: str
-    name: str | None
-    text: str
-    timestamp: datetime
-    mark: TurnMark | None
+    mark: TurnMark | None = None
 
 
 class _Tiers:
@@ -732,7 +726,7 @@ class _Tiers:
         self, conversation_id: str, limit: int = 20, *, kept_only: bool = False
     ) -> list[_MarkedTurn]:
         return [
-            _MarkedTurn(turn.seq, turn.role, turn.name, turn.text, turn.timestamp, mark)
+            _MarkedTurn(**vars(turn), mark=mark)
             for turn, mark in self._memory._recent(conversation_id, limit, kept_only)
         ]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -96,6 +97,8 @@ def turn_sequence(turn_id: int | str) -> int:
 INT64 = 2**63 - 1  # the widest integer both stores keep
 #: The longest question a search takes (characters), on every path: library, HTTP, CLI, MCP.
 MAX_QUERY_CHARS = 8000
+#: The longest turn text a memory stores by default (``Memory.open(max_text_chars=...)``).
+MAX_TEXT_CHARS = 32000
 
 
 def text_problem(text: str) -> str | None:
@@ -174,6 +177,18 @@ def check_query_text(query: Any, field: str = "query_text") -> str:
     if problem is not None:
         raise InvalidInputError(f"{field} {problem}", field=field)
     return query
+
+
+def runs_backwards(span: Sequence[Any] | None) -> bool:
+    """Whether a ``[start, end]`` time span ends before it starts (False when it is no pair
+    of comparable ISO 8601 times: the field's own check says what is wrong then)."""
+    if span is None:
+        return False
+    try:
+        start, end = (datetime.fromisoformat(time) for time in span)
+        return start > end
+    except (TypeError, ValueError):
+        return False
 
 
 def _visible(ch: str) -> bool:

@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from convmem.errors import InvalidInputError
+from convmem.text import read_utf8
 
 __all__ = ["LOG_LEVELS", "Settings", "load_settings"]
 
@@ -86,13 +87,7 @@ class _DictSource(PydanticBaseSettingsSource):
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
-        # utf-8-sig: editors on Windows save UTF-8 with a byte order mark
-        values = tomllib.loads(path.read_bytes().decode("utf-8-sig"))
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(
-            f"config file {str(path)!r} is not UTF-8 (byte {exc.start}); save it as UTF-8",
-            field="--config",
-        ) from None
+        values = tomllib.loads(read_utf8(path, field="--config", name=f"config file {str(path)!r}"))
     except FileNotFoundError:
         raise InvalidInputError(
             f"config file {str(path)!r} does not exist; fix --config or CONVMEM_CONFIG",

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from convmem.cli.progress import Progress
 from convmem.errors import FlushTimeoutError, InvalidInputError
 from convmem.settings import Settings
+from convmem.text import read_utf8
 
 if TYPE_CHECKING:
     from convmem import Memory
 
 __all__ = [
-    "MAX_TEXT_CHARS",
     "bounded_float",
     "bounded_int",
     "check_port_free",
@@ -33,10 +33,6 @@ __all__ = [
     "seconds",
     "settings_of",
 ]
-
-
-# The longest turn text the CLI stores; ingest checks a whole file against it up front.
-MAX_TEXT_CHARS = 32000
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
@@ -85,7 +81,6 @@ def open_memory(
         embedder=embedder,
         tenant=settings.tenant,
         workers=workers,
-        max_text_chars=MAX_TEXT_CHARS,
         allow_model_change=allow_model_change,
         chunking=chunking,
         marker=marker,
@@ -102,13 +97,7 @@ def read_text_file(name: str, *, field: str) -> str:
     """
     if "\x00" in name:
         raise InvalidInputError("the file path holds a NUL character; check it", field=field)
-    try:
-        # utf-8-sig: editors on Windows save UTF-8 with a byte order mark
-        return Path(name).read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(
-            f"{name} is not UTF-8 (byte {exc.start}); save it as UTF-8", field=field
-        ) from None
+    return read_utf8(Path(name), field=field, name=name)
 
 
 def read_json_file(name: str, *, field: str) -> Any:

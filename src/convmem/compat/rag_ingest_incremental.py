@@ -21,7 +21,7 @@ from convmem.errors import InvalidInputError
 from convmem.ids import check_conversation_id, check_list
 from convmem.ingest import ChunkingPolicy, ChunkTurn, plan_chunks, render_chunk
 from convmem.memory import Memory
-from convmem.models import Hit, Turn, parse_turns
+from convmem.models import MAX_TEXT_CHARS, Hit, Turn, parse_turns
 from convmem.text import clean_text
 
 __all__ = [
@@ -133,7 +133,7 @@ def build_incremental_chunks(events: Sequence[Mapping[str, Any]]) -> dict[str, A
         raise InvalidInputError(
             f"events.{exc}; give every event the same non-blank id", field="events.conversation_id"
         ) from None
-    turns: list[Turn] = parse_turns(list(events), max_text_chars=32000)
+    turns: list[Turn] = parse_turns(list(events), max_text_chars=MAX_TEXT_CHARS)
     now = datetime.now(UTC)
     chunk_turns = [
         ChunkTurn(

@@ -25,7 +25,7 @@ from convmem.metrics import Histogram
 from convmem.models import check_query_text
 from convmem.text import clean_text
 
-__all__ = ["EmbedderSpecError", "EmbeddingService", "resolve_spec"]
+__all__ = ["EmbedderSpecError", "EmbeddingService", "chosen_embedder", "resolve_spec"]
 
 
 class EmbedderSpecError(InvalidInputError, EmbedderError):
@@ -45,6 +45,27 @@ def resolve_spec(spec: str, *, cache_dir: Path | None = None, field: str = "embe
         raise
     except EmbedderError as exc:
         raise EmbedderSpecError(str(exc), field=field) from exc
+
+
+def chosen_embedder(embedder: object, *, cache_dir: Path | None = None) -> Embedder | None:
+    """An embedder as a caller names it: an :class:`Embedder`, a spec such as ``"usem3"``
+    (resolved, :func:`resolve_spec`) or None.
+
+    Raises:
+        InvalidInputError: naming ``embedder``: another type, or a spec that names no
+            model on this machine (:class:`EmbedderSpecError`, also an EmbedderError).
+    """
+    if embedder is None:
+        return None
+    if isinstance(embedder, str):
+        return resolve_spec(embedder, cache_dir=cache_dir)
+    if not all(hasattr(embedder, name) for name in ("model_id", "dimension", "embed")):
+        raise InvalidInputError(
+            "embedder must be an Embedder (model_id, dimension and embed()), a spec such as "
+            f"'usem3' or 'hashing', or None; got {type(embedder).__name__}",
+            field="embedder",
+        )
+    return embedder  # type: ignore[return-value]
 
 
 def _query_text(text: Any, field: str) -> str:
@@ -79,16 +100,7 @@ class EmbeddingService:
             InvalidInputError: naming ``embedder``: neither an Embedder nor a spec string, or
                 a spec no model on this machine answers (:class:`EmbedderSpecError`).
         """
-        if isinstance(embedder, str):
-            embedder = resolve_spec(embedder)
-        elif embedder is not None and not all(
-            hasattr(embedder, name) for name in ("model_id", "dimension", "embed")
-        ):
-            raise InvalidInputError(
-                "embedder must be an Embedder (model_id, dimension and embed()), a spec such "
-                f"as 'usem3' or 'hashing', or None; got {type(embedder).__name__}",
-                field="embedder",
-            )
+        embedder = chosen_embedder(embedder)
         if embedder is None:
             with cls._registry_lock:
                 if "auto" in cls._instances:

@@ -18,6 +18,7 @@ from typing import Any
 
 from convmem.errors import InvalidInputError
 from convmem.governance.schema import FORGET_POLICIES, MAX_TTL_SECONDS
+from convmem.text import read_utf8
 
 __all__ = [
     "DAY",
@@ -191,12 +192,9 @@ def load_policy(
     if isinstance(source, str | Path):
         path = Path(source)
         try:
-            data = json.loads(path.read_bytes().decode("utf-8-sig"))  # a BOM is accepted
-        except UnicodeDecodeError as exc:
-            raise InvalidInputError(
-                f"policy file {str(path)!r} is not UTF-8 (byte {exc.start}); save it as UTF-8",
-                field="policy",
-            ) from None
+            data = json.loads(read_utf8(path, field="policy", name=f"policy file {str(path)!r}"))
+        except InvalidInputError:
+            raise
         except (OSError, ValueError) as exc:  # ValueError: bad JSON, or a NUL in the path
             raise InvalidInputError(
                 f"cannot read policy file {str(path)!r}: {exc}", field="policy"

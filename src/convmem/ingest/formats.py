@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from convmem.errors import InvalidInputError
+from convmem.text import read_utf8
 from convmem.text.dates import MONTHS
 
 __all__ = [
@@ -85,13 +86,7 @@ def iter_conversations(path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]
 def iter_located_conversations(path: Path) -> Iterator[tuple[str, list[dict[str, Any]], list[str]]]:
     """Like :func:`iter_conversations`, with where each turn came from: ``"FILE:LINE"`` for
     ``.jsonl``, ``"FILE sample N"`` for ``.json`` (for error messages that name the line)."""
-    try:
-        # utf-8-sig: editors on Windows save UTF-8 with a byte order mark
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(
-            f"{path} is not UTF-8 (byte {exc.start}); save it as UTF-8", field="file"
-        ) from None
+    text = read_utf8(path, field="file")
     if path.suffix == ".json":
         try:
             data = json.loads(text)

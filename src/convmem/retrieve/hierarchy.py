@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from convmem.errors import InvalidInputError
@@ -29,7 +29,7 @@ from convmem.models import Hit, check_query_text
 from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
 from convmem.retrieve.fusion import evidence_key, interleave
 from convmem.retrieve.request import Searcher, SearchRequest
-from convmem.retrieve.routing import STRATEGIES
+from convmem.retrieve.routing import PARAM_RANGES, STRATEGIES, TIME_WINDOWS, check_params
 from convmem.retrieve.unknowns import specific_terms
 from convmem.store.filters import FilterSpec, matches, parse_filters
 from convmem.text import bm25, split_questions, tokenize
@@ -50,7 +50,6 @@ TIER_WEIGHTS: dict[str, dict[str, float]] = {
     "temporal_search": {"STM": 1.2, "MTM": 1.0},
     "persona_search": {"LTM": 1.5, "MTM": 0.8},
 }
-WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 TIER_ORDER = {"STM": 0, "MTM": 1, "LTM": 2}
 NOTES_READ = 5000
 
@@ -113,7 +112,10 @@ def merge_results(
     return RetrievalResult(hits=hits, hints=hints)
 
 
-def _int_param(params: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+def _int_param(params: Mapping[str, Any], name: str, default: int) -> int:
+    """A whole-number param (:data:`~convmem.retrieve.routing.PARAM_RANGES`), else
+    ``default``, which is checked the same way (the caller's own ``top_k``)."""
+    low, high = PARAM_RANGES[name]
     value = params.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidInputError(
@@ -138,6 +140,7 @@ def _strategies(hints: Mapping[str, Any] | None) -> tuple[list[str], dict[str, A
     params = hints.get("params") or {}
     if not isinstance(params, Mapping):
         raise InvalidInputError("hints.params must be an object", field="hints.params")
+    check_params(params, "hints.params")  # the checks a router makes of its own hints
     return list(strategies), dict(params)
 
 
@@ -147,13 +150,7 @@ def _tiers(strategies: Sequence[str], params: Mapping[str, Any]) -> dict[str, fl
     for strategy in strategies:
         for tier, weight in TIER_WEIGHTS[strategy].items():
             weights[tier] = max(weights.get(tier, 0.0), weight)
-    include = params.get("include_persona", False)
-    if not isinstance(include, bool):
-        raise InvalidInputError(
-            f"hints.params.include_persona must be true or false, got {include!r}",
-            field="hints.params.include_persona",
-        )
-    if include:
+    if params.get("include_persona", False):
         weights.setdefault("LTM", 0.8)
     return weights
 
@@ -195,7 +192,7 @@ class HierarchicalMemoryService:
         check_query_text(query)
         check_flag(decompose, "decompose")
         strategies, params = _strategies(hints)
-        top_k = _int_param(params, "top_k", top_k, 1, 1000)
+        top_k = _int_param(params, "top_k", top_k)
         parts = split_questions(query) if decompose and vector is None else [query]
         if len(parts) > 1:
             results = [
@@ -215,7 +212,7 @@ class HierarchicalMemoryService:
             return merge_results(parts, results, top_k)
         weights = _tiers(strategies, params)
         multiplier = _int_param(
-            params, "candidates_multiplier", 3 if "deep_search" in strategies else 1, 1, 10
+            params, "candidates_multiplier", 3 if "deep_search" in strategies else 1
         )
         spec = parse_filters(filters, tenant=self.tenant)
         filters = dict(filters or {})
@@ -275,17 +272,10 @@ class HierarchicalMemoryService:
     # -- tiers --------------------------------------------------------------------------
 
     def _window(self, time_range: Any, conversation_id: str | None) -> list[str | None] | None:
-        if isinstance(time_range, list | tuple) and len(time_range) == 2:
+        """A ``time_range`` (already checked by :func:`check_params`) as ``[start, end]``."""
+        if isinstance(time_range, list | tuple):
             return [time_range[0], time_range[1]]
-        if time_range == "recent":
-            span = timedelta(days=7)
-        elif isinstance(time_range, str) and time_range in WINDOWS:
-            span = WINDOWS[time_range]
-        else:
-            raise InvalidInputError(
-                "time_range must be 'recent', '24h', '7d', '30d' or [start, end]",
-                field="hints.params.time_range",
-            )
+        span = TIME_WINDOWS[time_range]
         newest = datetime.now(UTC)
         if conversation_id is not None:
             turns = self.source.recent_turns(conversation_id, limit=1)
@@ -313,7 +303,7 @@ class HierarchicalMemoryService:
         specific = specific_terms(query)
         hits = []
         for age, turn in enumerate(reversed(turns)):
-            metadata = _turn_metadata(self.tenant, conversation_id, turn)
+            metadata = _turn_metadata(conversation_id, turn)
             if not _meets(metadata, spec):
                 continue
             tokens = set(tokenize(turn.text))
@@ -329,7 +319,7 @@ class HierarchicalMemoryService:
                     chunk_id=f"turn:{conversation_id}:{turn.seq}",
                     score=round(score, 6),
                     text=f"{turn.name or turn.role}: {turn.text}",
-                    metadata={key: value for key, value in metadata.items() if key != "tenant"},
+                    metadata=metadata,
                     tier="STM",
                     pending=bool(turn.mark and turn.mark.requires_confirmation),
                 )
@@ -354,7 +344,7 @@ class HierarchicalMemoryService:
             {
                 note.note_id: note
                 for note in self.source.notes(conversation_id, limit=NOTES_READ)
-                if _meets(_note_metadata(self.tenant, note), spec)
+                if _meets(_note_metadata(note), spec)
             }.values()
         )
         if not notes:
@@ -406,12 +396,11 @@ def _meets(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
     return all(c.field in metadata for c in spec.conditions) and matches(metadata, spec)
 
 
-def _turn_metadata(tenant: str, conversation_id: str, turn: VisibleTurn) -> dict[str, Any]:
+def _turn_metadata(conversation_id: str, turn: VisibleTurn) -> dict[str, Any]:
     """A recent turn as a filter reads it: its place, time and speaker, and its own
     mark's labels once the worker has marked it."""
     when = turn.timestamp.isoformat()
     metadata: dict[str, Any] = {
-        "tenant": tenant,
         "conversation_id": conversation_id,
         "turn_range": [turn.seq, turn.seq],
         "timestamp": when,
@@ -430,11 +419,10 @@ def _turn_metadata(tenant: str, conversation_id: str, turn: VisibleTurn) -> dict
     return metadata
 
 
-def _note_metadata(tenant: str, note: Note) -> dict[str, Any]:
+def _note_metadata(note: Note) -> dict[str, Any]:
     """A note as a filter reads it: its own labels (it names turns by id, not by place,
     and holds no time of theirs)."""
     return {
-        "tenant": tenant,
         "conversation_id": note.conversation_id,
         "category": note.category,
         "importance": note.importance,

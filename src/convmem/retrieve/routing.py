@@ -20,6 +20,7 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from convmem.chat import ChatClient, ChatError
@@ -28,8 +29,10 @@ from convmem.errors import InvalidInputError
 __all__ = [
     "DEFAULT_KEYWORD_RULES",
     "PARAMS",
+    "PARAM_RANGES",
     "STRATEGIES",
     "TIME_RANGES",
+    "TIME_WINDOWS",
     "KeywordRule",
     "Router",
     "check_params",
@@ -42,7 +45,16 @@ STRATEGIES = ("semantic_search", "deep_search", "temporal_search", "persona_sear
 #: The hint params the hierarchical memory service reads (others are passed through).
 PARAMS = ("time_range", "top_k", "include_persona", "candidates_multiplier")
 #: The named windows ``time_range`` takes (besides ``[start, end]``).
-TIME_RANGES = ("recent", "24h", "7d", "30d")
+#: Each named window back from the conversation's newest turn (``recent``: a week).
+TIME_WINDOWS = {
+    "recent": timedelta(days=7),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+TIME_RANGES = tuple(TIME_WINDOWS)
+#: The whole-number hint params and the range the service takes each in.
+PARAM_RANGES = {"top_k": (1, 1000), "candidates_multiplier": (1, 10)}
 
 DEFAULT_KEYWORD_RULES: list[dict[str, Any]] = [
     {
@@ -186,7 +198,7 @@ def check_params(params: Mapping[str, Any], field: str, *, windows_only: bool = 
     1..1000, ``candidates_multiplier`` in 1..10, ``include_persona`` true or false,
     ``time_range`` one of :data:`TIME_RANGES` or ``[start, end]`` (``windows_only``: a named
     window only, as an LLM is asked for). Other keys are passed through unchecked."""
-    for name, low, high in (("top_k", 1, 1000), ("candidates_multiplier", 1, 10)):
+    for name, (low, high) in PARAM_RANGES.items():
         value = params.get(name)
         if name in params and (
             isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high

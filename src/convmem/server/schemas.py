@@ -8,7 +8,6 @@ non-finite numbers), so those are a 422 too and never reach the store.
 """
 
 # No "from __future__ import annotations": FastAPI and pydantic read these at runtime.
-from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote_to_bytes
 
@@ -26,7 +25,7 @@ from pydantic import (
 )
 
 from convmem.errors import InvalidInputError
-from convmem.ids import MAX_CONVERSATION_ID, check_conversation_id
+from convmem.ids import MAX_CONVERSATION_ID, check_chunk_id, check_conversation_id
 from convmem.models import (
     MAX_ID_LENGTH,
     MAX_QUERY_CHARS,
@@ -37,6 +36,7 @@ from convmem.models import (
     JobInfo,
     Role,
     first_problem,
+    runs_backwards,
     value_problem,
 )
 from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
@@ -76,18 +76,14 @@ TurnIdInt = Annotated[int, Field(strict=True, ge=0, le=MAX_SEQ)]
 TurnIdText = Annotated[str, Field(strict=True, min_length=1, max_length=200, pattern=r"\d$")]
 
 
-def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("chunk_id is blank; send an id that is not only spaces")
-    return value
-
-
 # The library's rules (convmem.ids.check_conversation_id), in the schema too: 1..200
 # characters, not blank. A chunk id is 1..200 characters, as a story chunk's.
 ConversationId = Annotated[
     str, Field(min_length=1, max_length=MAX_CONVERSATION_ID), AfterValidator(check_conversation_id)
 ]
-ChunkId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH), AfterValidator(_not_blank)]
+ChunkId = Annotated[
+    str, Field(min_length=1, max_length=MAX_ID_LENGTH), AfterValidator(check_chunk_id)
+]
 
 
 class _Strict(BaseModel):
@@ -234,16 +230,9 @@ class ChunkMetadataIn(ChunkMetadata):
     @field_validator("timestamp_range")
     @classmethod
     def _in_order(cls, value: tuple[str, str] | None) -> tuple[str, str] | None:
-        if value is None:
-            return None
-        try:
-            start, end = (datetime.fromisoformat(time) for time in value)
-            ordered = start <= end
-        except (TypeError, ValueError):  # not zoned ISO 8601 times: ChunkMetadata says which
-            return value
-        if not ordered:
+        if runs_backwards(value):  # times that are not zoned ISO: ChunkMetadata says so
             raise ValueError(
-                f"timestamp_range {list(value)} ends before it starts; send [start, end] "
+                f"timestamp_range {list(value or ())} ends before it starts; send [start, end] "
                 "with start <= end"
             )
         return value

@@ -79,11 +79,10 @@ def open_store(
     Raises:
         InvalidInputError: the URL's scheme is not supported.
     """
-    if url is None:
-        return SQLiteStore(default_store_path(), durability=durability, clock=clock)
     path = sqlite_path(url)
     if path is not None:
         return SQLiteStore(path, durability=durability, clock=clock)
+    assert url is not None  # sqlite_path(None) is the default file
     scheme = url.split("://", 1)[0]
     if scheme in ("postgresql", "postgres"):
         from convmem.store.citus import open_postgres

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from convmem.errors import InvalidInputError
 from convmem.story.memory import StoryHost
 from convmem.story.models import CharactersConfig, EntityStateSnapshot, StoryMemoryChunk
+from convmem.text import read_utf8
 
 __all__ = ["load_project", "read_characters"]
 
@@ -35,13 +36,8 @@ def read_characters(folder: Path) -> CharactersConfig:
 
 
 def _text(path: Path) -> str:
-    """A project file's text: UTF-8 (a byte order mark is accepted), or an error naming it."""
-    try:
-        return path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(
-            f"{path} is not UTF-8 (byte {exc.start}); save it as UTF-8", field=path.name
-        ) from None
+    """A project file's text, or an error naming it."""
+    return read_utf8(path, field=path.name)
 
 
 def _states(folder: Path) -> list[dict[str, Any]]:

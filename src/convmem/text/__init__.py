@@ -1,7 +1,7 @@
 """Text cleaning and Chinese/English segmentation, shared by the index and the query side."""
 
 from convmem.text import bm25, segment
-from convmem.text.clean import clean_text, is_mostly_cjk
+from convmem.text.clean import clean_text, is_mostly_cjk, read_utf8
 from convmem.text.questions import (
     DIALOGUE_LINES,
     asked_part,
@@ -18,6 +18,7 @@ __all__ = [
     "clean_text",
     "is_mostly_cjk",
     "is_window",
+    "read_utf8",
     "split_questions",
     "without_recall_frame",
 ]

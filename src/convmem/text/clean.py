@@ -9,8 +9,11 @@ meaning for readers, and the segmenter treats it as a separator either way.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-__all__ = ["clean_text", "is_mostly_cjk"]
+from convmem.errors import InvalidInputError
+
+__all__ = ["clean_text", "is_mostly_cjk", "read_utf8"]
 
 
 def _translation() -> dict[int, int | None]:
@@ -51,3 +54,19 @@ def is_mostly_cjk(text: str) -> bool:
     if cjk == 0:
         return False
     return cjk * 5 >= len(_LETTER.findall(text))
+
+
+def read_utf8(path: Path, *, field: str, name: str | None = None) -> str:
+    """A file's text: UTF-8, a byte order mark accepted (editors on Windows save one).
+
+    Raises:
+        InvalidInputError: naming ``field``: the file is not UTF-8 (``name``: how the
+            message names the file, by default its path).
+        OSError: the file is missing or unreadable.
+    """
+    try:
+        return path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            f"{name or path} is not UTF-8 (byte {exc.start}); save it as UTF-8", field=field
+        ) from None

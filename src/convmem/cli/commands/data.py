@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from convmem.cli.common import (
-    MAX_TEXT_CHARS,
     bounded_float,
     bounded_int,
     drain_index,
@@ -25,7 +24,7 @@ from convmem.cli.errors import EXIT_USAGE, say
 from convmem.cli.progress import Progress
 from convmem.errors import ConvmemError, InvalidInputError
 from convmem.ids import check_conversation_id
-from convmem.models import Turn, parse_turns
+from convmem.models import MAX_TEXT_CHARS, Turn, parse_turns
 from convmem.retrieve import DEFAULT_MIN_SCORE
 
 if TYPE_CHECKING:

@@ -101,10 +101,6 @@ def cmd_policy(args: argparse.Namespace) -> int:
                 raise InvalidInputError(
                     "policy set needs a JSON file: convmem policy set policy.json", field="file"
                 )
-            if "\x00" in args.file:
-                raise InvalidInputError(
-                    "the file path holds a NUL character; check it", field="file"
-                )
             overrides = read_json_file(args.file, field="file")
             if not isinstance(overrides, dict):
                 raise InvalidInputError(
