@@ -39,11 +39,16 @@ SAVE_ZH = _rx(
     r"请?(帮我)?(保存|存)(一下|下来|起来)?(这段|这个|这些|这条)?",
     r"别忘了(这个|这件事)?",
     r"收藏(一下|这个)",
+    r"(?:^|(?<=[，,。！!；;：:\s]))(你|请|麻烦你?)?记一下",
 )
+# An imperative "remember ..." asks to save; asked ("Remember that time we went skiing?")
+# it recalls the past: the sentence must not end in a question mark.
+_NOT_ASKED = r"(?![^.!?\n]*\?)"
 SAVE_EN = _rx(
-    r"(^|[.!?]\s+)(please\s+)?(remember|save|note down|write down|bookmark)\s+(this|that|it)\b",
+    r"(^|[.!?]\s+)(please\s+)?(remember|save|note down|write down|bookmark)\s+(this|that|it)\b"
+    + _NOT_ASKED,
     r"\b(can|could|would) you (please )?(remember|save|note|keep) (this|that|it)\b",
-    r"(^|[.!?]\s+)(please\s+)?remember (that|to)\b",
+    r"(^|[.!?]\s+)(please\s+)?remember[,:]?\s+(that\b|to\b|(?=(my|our)\b))" + _NOT_ASKED,
     r"\bthis is (very |really )?important\b",
     r"\b(please )?don't forget (this|that)\b",
 )
@@ -88,13 +93,17 @@ RULE = _rx(
     r"叫我(?!起床|起来|一声|一下|吃饭|过去|过来)|称呼我",
     r"(以后|今后|每次|下次).{0,12}(别|不要|不用)",
     r"^(请)?别(再)?(用|叫|发|打|推荐|订|放|给我)",
+    r"\b(don't|do not|never) (ever )?(call|use|send|share|tell|mention|suggest|recommend|book|schedule)\b",
+    r"\b(always|from now on|in the future)\b.{0,40}\b(use|call|reply|answer|write|send)\b",
+    r"\bcall me\b",
+)
+# What the user (or someone they care for) cannot eat: a rule when stated, not when asked
+# ("我对什么过敏？" asks memory for the rule).
+DIET = _rx(
     r"过敏|忌口|我不吃|我不喝|我.{0,4}(吃素|素食)",
     # someone the user cares for: "他不能吃海鲜", "我们家不吃猪肉"
     r"(我|我们|我们家|咱家|他|她|孩子|女儿|儿子|老公|老婆|爸|妈)(也|都)?(不能|不可以|不敢)(吃|喝)",
     r"(我们家|咱家|他|她|孩子|女儿|儿子|老公|老婆|爸|妈)(也|都|从来)?(不吃|不喝)",
-    r"\b(don't|do not|never) (ever )?(call|use|send|share|tell|mention|suggest|recommend|book|schedule)\b",
-    r"\b(always|from now on|in the future)\b.{0,40}\b(use|call|reply|answer|write|send)\b",
-    r"\bcall me\b",
     r"\b(allergic|vegan|vegetarian|i don't eat|i do not eat|i can't eat)\b",
 )
 PREFERENCE = _rx(
@@ -115,7 +124,9 @@ PROFILE = _rx(
     r"我(是|叫|姓)(?!不是|说|觉得|想)",
     r"我(住在|来自|在.{1,12}(工作|上班|上学|读书))",
     r"我今年\d+岁|我的(名字|生日|电话|邮箱|地址|工作|职业|老婆|老公|孩子|女儿|儿子)",
-    r"\bmy name is\b",
+    r"\bmy name(?: is|'s)\b",
+    # "Hi, I'm Tom": a capitalised name, not "I'm tired"
+    r"(?-i:\b(?:I'm|I am|i'm|i am) (?!OK\b|Ok\b|Okay\b|Not\b|So\b|Sorry\b|Fine\b)[A-Z][a-z]+\b)",
     r"\bi(?:'m| am) (a|an) [a-z]+",
     r"\bi (work|worked) (as|at|for)\b",
     r"\bi (live|lived|grew up) in\b",
@@ -137,7 +148,11 @@ TASK = _rx(
     r"\bremind me\b",
     r"\b(deadline|due (on|by)|to-?do)\b",
     r"\bi (need|have|want|plan) to\b",
-    r"\bi(?:'ll| will|'m going to)\b",
+    # "I'll go to the dentist on Friday", not an answer that names no act: "I will.",
+    # "ok thanks, I'll try that", "I'll think about it"
+    r"\bi(?:'ll| will|'m going to)\b(?!(\s+(definitely|surely|probably|certainly|totally|also))?"
+    r"(\s+(try|do|consider|think about|check|look into|give|keep))?(\s+(it|that|this|them|so))?"
+    r"(\s+(out|a try|a shot|a go|over|in mind))?[\s.!~]*$)",
     r"\b(can|could) you (please )?(book|schedule|order|send|write|draft|set up)\b",
 )
 DONE = _rx(
@@ -260,21 +275,52 @@ def value_score(text: str) -> float:
     return max(score, 0.0)
 
 
-# User cues in the order they are tried: (pattern, only for statements, the mark's
-# category, subtype, evidence level, importance and reason).
-USER_CUES: tuple[tuple[re.Pattern[str], bool, tuple[str, str | None, str, float, str]], ...] = (
-    (RULE, False, ("rule", "constraint", "S0_user_claim", 0.8, "user rule or boundary")),
-    (DECISION, True, ("fact", "decision", "S3_user_confirmed", 0.7, "user decision")),
-    (PREFERENCE, False, ("preference", None, "S0_user_claim", 0.7, "user preference")),
-    (TASK, False, ("task", "commitment", "S0_user_claim", 0.6, "open task or request")),
-    (DONE, False, ("task", "commitment", "S0_user_claim", 0.5, "task marked done")),
+# Where a cue counts: anywhere in the turn (a request is often asked: "能提醒我吗？"), only
+# in a turn that is no question, or only in a clause that is no question: "我对什么过敏？"
+# and "What's my phone number?" ask memory for a fact, they do not state one.
+ANYWHERE, IN_STATEMENT, IN_STATED_CLAUSE = "anywhere", "statement", "stated clause"
+
+# User cues in the order they are tried: (pattern, where it counts, the mark's category,
+# subtype, evidence level, importance and reason).
+USER_CUES: tuple[tuple[re.Pattern[str], str, tuple[str, str | None, str, float, str]], ...] = (
+    (RULE, ANYWHERE, ("rule", "constraint", "S0_user_claim", 0.8, "user rule or boundary")),
+    (DIET, IN_STATED_CLAUSE, ("rule", "constraint", "S0_user_claim", 0.8, "user rule or boundary")),
+    (DECISION, IN_STATEMENT, ("fact", "decision", "S3_user_confirmed", 0.7, "user decision")),
+    (PREFERENCE, IN_STATED_CLAUSE, ("preference", None, "S0_user_claim", 0.7, "user preference")),
+    (TASK, ANYWHERE, ("task", "commitment", "S0_user_claim", 0.6, "open task or request")),
+    (DONE, ANYWHERE, ("task", "commitment", "S0_user_claim", 0.5, "task marked done")),
     (
         PROFILE,
-        False,
+        IN_STATED_CLAUSE,
         ("fact", "profile", "S0_user_claim", 0.7, "stable information about the user"),
     ),
-    (CONTACT, False, ("fact", None, "S0_user_claim", 0.7, "contact details")),
+    (CONTACT, ANYWHERE, ("fact", None, "S0_user_claim", 0.7, "contact details")),
 )
+
+# A clause and what ends it: punctuation, a line break, or in chat a space beside a
+# Chinese character.
+_CLAUSE = re.compile(
+    r"(.+?)((?:[，,；;。.！!？?\n]|(?<=[\u4e00-\u9fff])[ \t]|[ \t](?=[\u4e00-\u9fff]))+|$)"
+)
+
+
+def stated_clauses(text: str) -> str:
+    """The clauses of ``text`` that are not questions, one a line: "我对花生过敏，能推荐个零食吗？"
+    keeps "我对花生过敏", "我对什么过敏？" keeps nothing."""
+    kept = []
+    for match in _CLAUSE.finditer(text):
+        clause, end = match.group(1).strip(), match.group(2)
+        if clause and "?" not in end and "？" not in end and not clause.endswith(("吗", "呢")):
+            kept.append(clause)
+    return "\n".join(kept)
+
+
+def _cue_applies(
+    pattern: re.Pattern[str], where: str, text: str, stated: str, question: bool
+) -> bool:
+    if where == IN_STATED_CLAUSE:
+        return bool(pattern.search(stated))
+    return bool(pattern.search(text)) and not (where == IN_STATEMENT and question)
 
 
 class RuleMarker(MarkerBase):
@@ -327,8 +373,9 @@ class RuleMarker(MarkerBase):
         if intent is not None and not intent.self_contained:
             return _drop(turn, f"save request ('{intent.cue}'): pins the turns before it")
         done = bool(DONE.search(text))
-        for pattern, needs_statement, (category, subtype, level, importance, reason) in USER_CUES:
-            if pattern.search(text) and not (needs_statement and question):
+        stated = stated_clauses(text)
+        for pattern, where, (category, subtype, level, importance, reason) in USER_CUES:
+            if _cue_applies(pattern, where, text, stated, question):
                 task_done = category == "task" and done
                 if task_done:
                     reason = "task marked done"

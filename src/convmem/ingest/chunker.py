@@ -154,9 +154,18 @@ def _participants(turns: Sequence[ChunkTurn], chinese: bool) -> list[str]:
     return seen
 
 
+def _time_span(turns: Sequence[ChunkTurn]) -> tuple[datetime, datetime]:
+    """The earliest and latest time of the turns: not the first and last turn's, which run
+    backwards when timestamps are out of turn order (clock skew, an import, a late turn
+    stamped when it arrived), and a span that runs backwards meets no time filter."""
+    times = [turn.timestamp for turn in turns]
+    return min(times), max(times)
+
+
 def _date_span(turns: Sequence[ChunkTurn], chinese: bool) -> str:
-    first = turns[0].timestamp.date().isoformat()
-    last = turns[-1].timestamp.date().isoformat()
+    earliest, latest = _time_span(turns)
+    first = earliest.date().isoformat()
+    last = latest.date().isoformat()
     if first == last:
         return first
     return f"{first} 至 {last}" if chinese else f"{first} to {last}"
@@ -177,6 +186,7 @@ def render_chunk(
         if turn.role not in speakers:
             speakers.append(turn.role)
     date = _date_span(turns, chinese)
+    earliest, latest = _time_span(turns)
     if chinese:
         who = "与".join(people) if people else "对话"
         topic = "、".join(topics) if topics else "日常"
@@ -199,7 +209,7 @@ def render_chunk(
     metadata = ChunkMetadata(
         conversation_id=conversation_id,
         turn_range=(plan.start, plan.end),
-        timestamp_range=(turns[0].timestamp.isoformat(), turns[-1].timestamp.isoformat()),
+        timestamp_range=(earliest.isoformat(), latest.isoformat()),
         participants=people,
         speakers=speakers,
         intent_tag="dialogue",
