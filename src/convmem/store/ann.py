@@ -5,7 +5,9 @@ recording the store's change sequence it reflects. On each search it catches up 
 rows changed since (added, re-embedded, deleted, superseded), so it is always consistent
 with the store and can be deleted and rebuilt from it at any time. Candidates are
 re-checked against the store (tenant, deleted, expiry, filters) before they are used, so
-the index can never make deleted or foreign memory visible.
+the index can never make deleted or foreign memory visible. A purge of the store
+(:meth:`~convmem.store.sqlite.SQLiteStore.purges`) has the index rebuilt from the store:
+usearch keeps a removed key's vector, in memory and in the saved file.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class AnnIndex:
         self._sidecar = Path(f"{self.path}.json")
         self._index: Any = None
         self._watermark = 0
+        self._purges = 0  # the store's purges the index has seen (rebuilt after another)
         self._dirty = 0
         self._lock = threading.Lock()
 
@@ -91,10 +94,13 @@ class AnnIndex:
     def _load(self) -> None:
         self._index = self._new()
         self._watermark = 0
+        self._purges = self._store.purges()
         if self.path.exists() and self._sidecar.exists():
             try:
                 meta = json.loads(self._sidecar.read_text(encoding="utf-8"))
-                if meta.get("dimension") == self._dimension:
+                if meta.get("dimension") == self._dimension and (
+                    meta.get("purges", 0) == self._purges
+                ):
                     self._index.load(str(self.path))
                     self._watermark = int(meta["change_seq"])
                     return
@@ -106,13 +112,19 @@ class AnnIndex:
     def reset(self) -> None:
         """Forget the index (after a reindex); it is rebuilt from the store on next use."""
         with self._lock:
-            self._index = None
-            for path in (self.path, self._sidecar):
-                path.unlink(missing_ok=True)
+            self._forget_locked()
+
+    def _forget_locked(self) -> None:
+        self._index = None
+        self._dirty = 0
+        for path in (self.path, self._sidecar):
+            path.unlink(missing_ok=True)
 
     def sync(self) -> bool:
         """Catch up with the store. Returns False when the tenant is small enough to scan."""
         with self._lock:
+            if self._index is not None and self._store.purges() != self._purges:
+                self._forget_locked()  # purged rows' vectors go with the old index
             if self._index is None:
                 self._load()
             index = self._index
@@ -205,7 +217,13 @@ class AnnIndex:
             return
         self._index.save(str(self.path))
         self._sidecar.write_text(
-            json.dumps({"change_seq": self._watermark, "dimension": self._dimension}),
+            json.dumps(
+                {
+                    "change_seq": self._watermark,
+                    "dimension": self._dimension,
+                    "purges": self._purges,
+                }
+            ),
             encoding="utf-8",
         )
         self._dirty = 0
@@ -213,5 +231,6 @@ class AnnIndex:
     def save(self) -> None:
         """Persist the index and its watermark beside the store."""
         with self._lock:
-            if self._dirty:
+            # an index from before a purge is not saved: it holds the purged vectors
+            if self._dirty and self._store.purges() == self._purges:
                 self._save_locked()

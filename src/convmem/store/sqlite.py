@@ -8,6 +8,7 @@ the lexical index ``chunks_fts`` (FTS5 over pre-segmented tokens, rowid = chunk 
 
 from __future__ import annotations
 
+import glob
 import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -49,6 +50,9 @@ class SQLiteStore(SQLStore):
     """The embedded store. Thread-safe: each thread gets its own connection."""
 
     NOT_INDEXED = "NOT INDEXED"
+    #: How long a purge waits for readers of other connections to leave the write-ahead
+    #: log before it gives up emptying it (milliseconds).
+    CHECKPOINT_WAIT_MS = 5000
 
     def __init__(
         self, path: str | Path, *, durability: str = "full", clock: Clock | None = None
@@ -150,12 +154,43 @@ class SQLiteStore(SQLStore):
         files = (self.path, self.path.with_name(self.path.name + "-wal"))
         return sum(path.stat().st_size for path in files if path.exists())
 
+    def purges(self) -> int:
+        """How many purges have run on this file. An HNSW sidecar built before the last
+        one is rebuilt (:class:`~convmem.store.ann.AnnIndex`): usearch keeps a removed
+        key's vector in its file."""
+        row = self._db().execute("SELECT value FROM meta WHERE key='purges'").fetchone()
+        return int(row[0]) if row else 0
+
     def _after_purge(self) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('purges', '1') ON CONFLICT (key) "
+                "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+            )
+        # the sidecars hold the purged rows' vectors: they are rebuilt from the store
+        for sidecar in self.path.parent.glob(f"{glob.escape(self.path.name)}.*.usearch*"):
+            sidecar.unlink(missing_ok=True)
         conn = self._db()
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._truncate_wal(conn)
         conn.execute("VACUUM")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._truncate_wal(conn)
+
+    def _truncate_wal(self, conn: sqlite3.Connection) -> None:
+        """Copy the write-ahead log into the file and empty it: the purged rows' old pages
+        are in it. Raises StoreError when a reader of another connection holds it past
+        ``CHECKPOINT_WAIT_MS`` (the log is then left as it was, purged text and all)."""
+        conn.execute(f"PRAGMA busy_timeout={self.CHECKPOINT_WAIT_MS}")
+        try:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        finally:
+            conn.execute("PRAGMA busy_timeout=30000")
+        if busy:
+            raise StoreError(
+                f"Purged the rows of {self.url}, but {self.path.name}-wal still holds their "
+                "text: another connection kept a read transaction open. Run the purge again "
+                "when it has ended (convmem purge)"
+            )
 
     # -- lexical index -----------------------------------------------------------------
 
