@@ -21,6 +21,9 @@ class Script:
     replies: list[tuple[int, str]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     refuse_response_format: bool = False
+    #: answer every request as FastAPI does a body it refuses: 422, each error echoing the
+    #: input it refused (pydantic's ``input``)
+    refuse_with_echo: bool = False
     embedder: HashingEmbedder = field(default_factory=lambda: HashingEmbedder(32))
 
 
@@ -29,7 +32,18 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             script.requests.append(body)
-            if self.path.endswith("/embeddings"):
+            if script.refuse_with_echo:
+                echoed = body.get("input") or body.get("messages")
+                detail = [
+                    {
+                        "type": "string_too_long",
+                        "loc": ["body", "input"],
+                        "msg": "String should have at most 8 characters",
+                        "input": echoed,
+                    }
+                ]
+                self._send(422, {"detail": detail})
+            elif self.path.endswith("/embeddings"):
                 vectors = script.embedder.embed(list(body["input"]))
                 data = [
                     {"index": i, "embedding": [float(x) for x in row]}
@@ -49,7 +63,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                     )
 
         def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload).encode("utf-8")
+            data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

@@ -121,3 +121,25 @@ def test_an_endpoint_whose_batches_disagree_on_the_dimension_is_an_embedder_erro
         script.embedder = HashingEmbedder(8)  # the model behind the endpoint changed
         with pytest.raises(EmbedderError, match="8-d vectors; this embedder is 16-d"):
             embedder.embed(["乙", "丙"])
+
+
+def test_an_endpoint_error_that_echoes_the_request_never_shows_its_text() -> None:
+    """FastAPI answers a refused body with 422 and pydantic's ``input``: the text sent. The
+    error message goes to logs and to a job's error_message, which hold no memory text."""
+    from convmem.chat import ChatClient, ChatError
+    from convmem.embed.openai import OpenAIEmbedder
+
+    secret = "我对青霉素过敏，电话13912345678"
+    script = Script(refuse_with_echo=True)
+    with openai_server(script) as url:
+        embedder = OpenAIEmbedder(url, "m", dimension=16, retry=Retry(attempts=1))
+        with pytest.raises(EmbedderError) as embed_error:
+            embedder.embed([secret, "hello there, this is a second line"])
+        chat = ChatClient(url, "m", retry=Retry(attempts=1))
+        with pytest.raises(ChatError) as chat_error:
+            chat.json("mark these turns", secret)
+    for error in (embed_error.value, chat_error.value):
+        message = str(error)
+        assert "422" in message
+        assert "青霉素" not in message and "1391234" not in message
+        assert "body.input: String should have at most 8 characters" in message

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import json_repair
 
 from convmem.errors import ConvmemError
-from convmem.remote import Retry, bearer, post_json
+from convmem.remote import Retry, bearer, error_detail, post_json
 
 if TYPE_CHECKING:  # imported when a client is made: `import convmem` does not load it
     import httpx
@@ -110,7 +110,7 @@ class ChatClient:
         if response.status_code != 200:
             raise ChatError(
                 f"chat endpoint {self.base_url} answered {response.status_code}: "
-                f"{response.text[:200]}",
+                f"{error_detail(response, [m['content'] for m in messages])}",
                 kind="unavailable",
             )
         try:

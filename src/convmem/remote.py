@@ -8,7 +8,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,7 @@ from convmem.errors import InvalidInputError
 if TYPE_CHECKING:  # imported where a call is made: `import convmem` does not load it
     import httpx
 
-__all__ = ["RETRY_STATUSES", "Retry", "bearer", "post_json"]
+__all__ = ["RETRY_STATUSES", "Retry", "bearer", "error_detail", "post_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,3 +112,58 @@ def post_json(
         logger.info("retrying %s after HTTP %d", path, response.status_code)
         sleep(retry.delay(attempt, response))
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+#: How much of an error answer is shown, and the shortest run of a sent text that counts
+#: as quoted back.
+DETAIL_CHARS, QUOTE_CHARS = 200, 12
+
+
+def error_detail(response: httpx.Response, sent: Sequence[str]) -> str:
+    """What an endpoint's error answer says, for an exception message, without the texts
+    that were sent: validation errors (FastAPI's 422, pydantic's ``input``) echo the
+    request, and the message ends up in logs and in a job's ``error_message``, which hold
+    no memory text. A JSON body gives its message fields only; any body that still quotes
+    a sent text is left out."""
+    try:
+        detail = _json_detail(response.json())
+    except ValueError:
+        detail = response.text
+    detail = " ".join(detail.split())[:DETAIL_CHARS]
+    if _quotes(detail, sent):
+        return "(its answer quotes the text sent, not shown)"
+    return detail
+
+
+def _json_detail(payload: Any) -> str:
+    if not isinstance(payload, dict):
+        return str(payload)
+    parts: list[str] = []
+    for key in ("error", "message", "detail"):
+        value = payload.get(key)
+        if isinstance(value, dict):  # OpenAI: {"error": {"message", "type", "code"}}
+            value = value.get("message") or value.get("type") or value.get("code")
+        if isinstance(value, list):  # FastAPI / pydantic: [{"loc", "msg", "input"}, ...]
+            value = "; ".join(
+                f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg', '')}"
+                for item in value
+                if isinstance(item, dict)
+            )
+        if value:
+            parts.append(str(value))
+    return " ".join(parts) or "(no message)"
+
+
+def _quotes(detail: str, sent: Sequence[str]) -> bool:
+    for text in sent:
+        text = " ".join(text.split())
+        if len(text) < QUOTE_CHARS:
+            if len(text) > 1 and text in detail:
+                return True
+            continue
+        if any(
+            text[start : start + QUOTE_CHARS] in detail
+            for start in range(len(text) - QUOTE_CHARS + 1)
+        ):
+            return True
+    return False

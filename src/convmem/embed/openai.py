@@ -10,7 +10,7 @@ import numpy as np
 
 from convmem.embed.base import Vectors, normalise_rows
 from convmem.errors import EmbedderError
-from convmem.remote import Retry, bearer, post_json
+from convmem.remote import Retry, bearer, error_detail, post_json
 
 if TYPE_CHECKING:  # imported when an embedder is made: `import convmem` does not load it
     import httpx
@@ -83,7 +83,7 @@ class OpenAIEmbedder:
         if response.status_code != 200:
             raise EmbedderError(
                 f"Embedding endpoint {self._base_url} answered {response.status_code}: "
-                f"{response.text[:200]}"
+                f"{error_detail(response, batch)}"
             )
         try:
             payload: Any = response.json()

@@ -391,7 +391,7 @@ class ChunkTables(GovernanceTables):
         """Physically remove deleted text of one tenant (None: every tenant, an operator's
         command): tombstoned chunks, its story projects' too (their spaces are named
         ``tenant + "\\x1f" + ...``, and no tenant name holds a control character), deleted
-        turns' text, deleted or expired notes.
+        turns' text, deleted or expired notes, the error messages of jobs over deleted turns.
 
         Turn rows stay as tombstones (id and hash only) so a re-sent deleted turn is
         recognised and not stored again.
@@ -410,6 +410,15 @@ class ChunkTables(GovernanceTables):
                 params,
             ).rowcount
             notes = self._purge_notes(conn, tenant)
+            # a failed job's message may quote its turns (an endpoint's error answer)
+            conn.execute(
+                "UPDATE jobs SET error_message=NULL WHERE error_message IS NOT NULL"
+                + scope
+                + " AND EXISTS (SELECT 1 FROM turns WHERE turns.tenant=jobs.tenant AND "
+                "turns.conversation_id=jobs.conversation_id AND turns.deleted=1 AND "
+                "turns.seq BETWEEN jobs.min_seq AND jobs.max_seq)",
+                params,
+            )
         self._after_purge()
         logger.info(
             "purged %d chunks and %d turns from %s (%s)",

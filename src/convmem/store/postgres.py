@@ -320,11 +320,24 @@ class PostgresStore(PostgresLexical, SQLStore):
         )
         return int(row[0])
 
+    #: The tables whose rows hold memory text (story states, job errors included).
+    TEXT_TABLES = ("chunks", "turns", "notes", "marks", "pins", "jobs", "entity_states")
+
     def _after_purge(self) -> None:
-        # Deleted rows' text stays in dead tuples until VACUUM reclaims them.
+        # A deleted row's text stays in its dead tuple, and a plain VACUUM only marks the
+        # space free: the bytes stay in the table's and its indexes' files until they are
+        # overwritten. VACUUM FULL writes each table anew (under its exclusive lock).
         with self._connection() as conn:
-            for table in ("chunks", "turns", "notes"):
-                conn.execute(f"VACUUM {table}")
+            present = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') "
+                    "AND relnamespace = current_schema()::regnamespace"
+                )
+            }
+            for table in self.TEXT_TABLES:
+                if table in present:
+                    conn.execute(f"VACUUM FULL {table}")
 
     # -- meta and jobs -----------------------------------------------------------------
 

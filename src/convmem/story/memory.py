@@ -319,8 +319,9 @@ class StoryMemory:
             offset += PAGE
 
     def delete_entity(self, entity_id: str) -> int:
-        """Remove every state snapshot of one entity of this project (physically, at once);
-        how many were removed."""
+        """Remove every state snapshot of one entity of this project from every read, at
+        once (its rows are deleted; their text leaves the file at the next
+        :meth:`~convmem.Memory.purge`); how many were removed."""
         return self._memory.delete_entity_states(self.project_id, entity_id)
 
     # -- tools ----------------------------------------------------------------------------
