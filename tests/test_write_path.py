@@ -157,6 +157,22 @@ def test_every_problem_in_a_batch_is_reported(memory: Memory) -> None:
     assert fields == ["turns[0].text", "turns[1].role"]
 
 
+def test_an_order_problem_is_reported_with_the_other_problems(memory: Memory) -> None:
+    """docs/quickstart.md: a rejected call lists every problem, so one round mends them."""
+    with pytest.raises(InvalidInputError) as caught:
+        memory.add_turns(
+            "c",
+            [
+                {"turn_id": 9, "role": "user", "text": "a"},
+                {"turn_id": 8, "role": "user", "text": "b"},
+                {"turn_id": 10, "role": "user", "text": " "},
+            ],
+        )
+    fields = [error["field"] for error in caught.value.errors]
+    assert fields == ["turns[1].turn_id", "turns[2].text"]
+    assert memory.recent_turns("c") == []  # nothing of a refused batch is stored
+
+
 def test_out_of_order_ids_within_a_batch_are_rejected(memory: Memory) -> None:
     turns = make_turns(["a", "b", "c"])
     turns[1], turns[2] = turns[2], turns[1]

@@ -16,6 +16,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from itertools import pairwise
 from typing import Any, Literal
 
 from pydantic import (
@@ -304,7 +305,7 @@ def parse_turns(turns: list[Any], *, max_text_chars: int) -> list[Turn]:
         )
     if not turns:
         raise InvalidInputError("turns is empty; send at least one turn", field="turns")
-    parsed: list[Turn] = []
+    parsed: list[tuple[int, Turn]] = []  # each valid turn with its place in ``turns``
     errors: list[dict[str, Any]] = []
     for index, raw in enumerate(turns):
         try:
@@ -324,26 +325,26 @@ def parse_turns(turns: list[Any], *, max_text_chars: int) -> list[Turn]:
                     f"of {max_text_chars}; split the turn or raise max_text_chars",
                 }
             )
-        parsed.append(turn)
-    if not errors:
-        seqs = [turn.seq for turn in parsed]
-        for index in range(1, len(seqs)):
-            if seqs[index] <= seqs[index - 1]:
-                errors.append(
-                    {
-                        "field": f"turns[{index}].turn_id",
-                        "message": f"turn ids must increase within a batch: "
-                        f"{parsed[index].turn_id!r} (sequence {seqs[index]}) follows "
-                        f"{parsed[index - 1].turn_id!r} (sequence {seqs[index - 1]})",
-                    }
-                )
+        parsed.append((index, turn))
+    # the order of the turns that are valid: a caller mends every problem in one round
+    for (_, before), (index, turn) in pairwise(parsed):
+        if turn.seq <= before.seq:
+            errors.append(
+                {
+                    "field": f"turns[{index}].turn_id",
+                    "message": f"turn ids must increase within a batch: "
+                    f"{turn.turn_id!r} (sequence {turn.seq}) follows "
+                    f"{before.turn_id!r} (sequence {before.seq})",
+                }
+            )
+    errors.sort(key=lambda error: int(error["field"][6:].split("]")[0]))
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise InvalidInputError(
             f"{first['field']}: {first['message']}{more}", field=first["field"], errors=errors
         )
-    return parsed
+    return [turn for _, turn in parsed]
 
 
 def _aware_time(value: str, name: str) -> str:
