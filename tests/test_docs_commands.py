@@ -7,10 +7,16 @@ workspace: a temporary folder holding the files the documents assume the reader 
 ``XDG_DATA_HOME`` pointing into it. ``convmem serve`` and ``convmem worker`` run as real
 processes on a free loopback port until they answer, then stop on Ctrl-C. The few
 commands that cannot run here are in SKIPPED, each with its reason.
+
+The ```python blocks that are whole programs (they start with their imports) run too, each
+in a fresh workspace of its own; the blocks that go on from an earlier one start without
+imports and are read, not run. Outputs a document shows are checked where a reader would
+compare them (the chunk id formula, the chunk text, the scene's memories).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -33,6 +39,7 @@ from convmem.cli.main import main
 ROOT = Path(__file__).parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```(bash|sh|console|shell)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 # Commands that do not run here, with the reason. Keep it short: a new entry needs one.
 SKIPPED = {
@@ -257,3 +264,119 @@ def test_every_documented_command_runs(
 def test_skip_table_names_only_documented_commands() -> None:
     shown = {c.text.split("#")[0].strip() for d in DOCUMENTS for c in documented_commands(d)}
     assert set(SKIPPED) <= shown, f"stale SKIPPED entries: {set(SKIPPED) - shown}"
+
+
+# Blocks that start with their imports yet go on from the document around them.
+PYTHON_FRAGMENTS = {
+    ("retrieval.md", "from convmem.retrieve import build_pipeline"): "uses the `memory` of "
+    "the document's earlier blocks and the pipeline.yaml shown after it"
+}
+
+
+def python_programs() -> list[tuple[str, str]]:
+    """The ```python blocks that are whole programs, as (document:line, source)."""
+    programs = []
+    for path in DOCUMENTS:
+        text = path.read_text(encoding="utf-8")
+        for block in PYTHON_BLOCK.finditer(text):
+            source = block.group(1)
+            if (path.name, source.split("\n")[0]) in PYTHON_FRAGMENTS:
+                continue
+            if source.startswith(("from ", "import ")):
+                line = text[: block.start(1)].count("\n") + 1
+                programs.append((f"{path.name}:{line}", source))
+    return programs
+
+
+# Runs a block as a reader pastes it into `python -m asyncio`: top-level await allowed.
+_RUN_BLOCK = """
+import ast, asyncio, sys
+code = compile(sys.stdin.read(), sys.argv[1], "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+result = eval(code, {"__name__": "__main__"})
+if asyncio.iscoroutine(result):
+    asyncio.run(result)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("where", "source"), python_programs(), ids=lambda v: v.split("\n")[0])
+def test_every_python_program_in_the_documents_runs(
+    where: str, source: str, workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A block that uses a name it never defines (story.md used `plan`) fails here."""
+    if "convmem.integrations" in source:
+        for module in ("langchain_core", "langgraph", "llama_index.core"):
+            pytest.importorskip(module)
+    if "convmem.client" in source:  # the HTTP client: a real server, a real key
+        assert main(["keys", "create", "--tenant", "acme", "--json"]) == 0
+        key = json.loads(capsys.readouterr().out)["key"]
+        source = source.replace('"cm_..."', repr(key))
+        from helpers import served
+
+        with served("--embedder", "hashing") as base_url:
+            source = source.replace('"http://127.0.0.1:8077"', repr(base_url))
+            result = _run_python(where, source)
+    else:
+        result = _run_python(where, source)
+    assert result.returncode == 0, f"{where}: {result.stderr}"
+
+
+def _run_python(where: str, source: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _RUN_BLOCK, where],
+        input=source,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_python_programs_are_found() -> None:
+    found = {where.split(":")[0] for where, _ in python_programs()}
+    assert {"README.md", "quickstart.md", "story.md", "seed-api.md", "client.md"} <= found
+    firsts = {
+        (d.name, b.group(1).split("\n")[0])
+        for d in DOCUMENTS
+        for b in PYTHON_BLOCK.finditer(d.read_text(encoding="utf-8"))
+    }
+    assert set(PYTHON_FRAGMENTS) <= firsts, "stale PYTHON_FRAGMENTS entries"
+
+
+def test_storage_chunk_id_formula_gives_the_ids_convmem_makes() -> None:
+    """storage.md's formula, computed as written, gives the id the store uses."""
+    from convmem.ingest.ids import chunk_id
+
+    text = (ROOT / "docs" / "storage.md").read_text(encoding="utf-8")
+    example = re.search(r"`(\[\"conv_abc\",18,18,1\])` gives\s+`(chk_[0-9a-f]{32})`", text)
+    assert example, "storage.md shows no worked chunk id"
+    fields = json.loads(example.group(1))
+    payload = json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    assert "chk_" + hashlib.sha256(payload).hexdigest()[:32] == example.group(2)
+    assert chunk_id(*fields) == example.group(2)
+
+
+@pytest.mark.slow
+def test_quickstart_zh_shows_the_chunk_its_conversation_makes(workspace: Path) -> None:
+    """The chunk text quickstart.zh.md shows is what its own first block stores."""
+    text = (ROOT / "docs" / "quickstart.zh.md").read_text(encoding="utf-8")
+    shown = re.search(r"^```text\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    program = next(s for w, s in python_programs() if w.startswith("quickstart.zh.md"))
+    assert shown and _run_python("quickstart.zh.md", program).returncode == 0
+    from convmem import Memory
+
+    with Memory.open("sqlite:///memory.db", workers=0) as memory:
+        hits = memory.search("护照哪天到期", granularity="chunk")
+    assert [hit.text for hit in hits] == [shown.group(1).rstrip("\n")]
+    assert [hit.chunk_id for hit in hits] == re.findall(r"上例为 `(chk_[0-9a-f]{32})`", text)
+
+
+@pytest.mark.slow
+def test_readme_names_the_top_memories_of_the_demo_scene(workspace: Path) -> None:
+    """README.md: the scene's top memories are 2-1, 2-2 and 1-2, in that order."""
+    assert main(["scene", "harbor_novel", "--demo", "-o", "scene.json"]) == 0
+    memories = json.loads((workspace / "scene.json").read_text("utf-8"))["relevant_memories"]
+    places = [(hit["chapter_index"], hit["scene_index"]) for hit in memories[:3]]
+    assert places == [(2, 1), (2, 2), (1, 2)]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "testimony (2-1), 沈舟's denial\n(2-2) and the key's engraving (1-2)" in readme
