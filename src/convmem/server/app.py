@@ -36,7 +36,7 @@ from convmem.server.errors import (
     http_error_response,
     validation_response,
 )
-from convmem.server.middleware import BodyLimit, RequestLog
+from convmem.server.middleware import BodyLimit, LoopbackHost, RequestLog
 from convmem.server.routers import ROUTERS
 from convmem.server.settings import LOOPBACK, LogLevel, ServerSettings
 from convmem.store.keys import hash_key
@@ -103,6 +103,8 @@ def create_app(settings: ServerSettings | None = None, *, memory: Memory | None 
         app.include_router(router)
     install_docs(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if not settings.auth:
+        app.add_middleware(LoopbackHost)
     app.add_middleware(RequestLog, request_seconds=state.request_seconds)
     return app
 

@@ -1,5 +1,5 @@
-"""ASGI middleware: the body size and nesting limits, and request timing with one
-access-log line each.
+"""ASGI middleware: the body size and nesting limits, request timing with one access-log
+line each, and (auth off) the refusal of requests addressed to a DNS name.
 
 The access log (logger ``convmem.server.access``, INFO) has one line per request:
 method, route template (never the raw path, which holds ids), status, duration in ms and
@@ -9,6 +9,7 @@ a short hash of the tenant. Bodies, query strings and keys are never logged.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import re
 import time
@@ -21,7 +22,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from convmem.metrics import Histogram
 from convmem.server.errors import error_body
 
-__all__ = ["MAX_JSON_DEPTH", "BodyLimit", "RequestLog", "json_depth", "tenant_hash"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "BodyLimit",
+    "LoopbackHost",
+    "RequestLog",
+    "json_depth",
+    "rebindable_host",
+    "tenant_hash",
+]
 
 #: The request methods the service's metrics label as themselves; any other is "other".
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -151,3 +160,54 @@ class RequestLog:
         access_log.info(
             "%s %s %d %.1fms tenant=%s", key[0], key[1], status, seconds * 1000, tenant_hash(tenant)
         )
+
+
+def rebindable_host(host: str | None) -> str | None:
+    """The name in a ``Host`` header that someone else's DNS may answer for, or None.
+
+    That is a dotted name that is neither an address nor under ``.localhost``: a page
+    that rebinds its own name (``attacker.example``) to 127.0.0.1 sends it, and reads
+    what the service answers as if it were its own origin. An address, ``localhost`` and
+    a one-label name (resolved by this machine and its own network) are not.
+    """
+    if not host:
+        return None
+    if host.startswith("["):  # [::1]:8077
+        return None
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    name = name.rstrip(".").lower()
+    try:
+        ipaddress.ip_address(name)
+        return None
+    except ValueError:
+        pass
+    if "." not in name or name.endswith(".localhost"):
+        return None
+    return name
+
+
+class LoopbackHost:
+    """Auth off: refuses (403) a request whose ``Host`` is a name another DNS server may
+    answer for (:func:`rebindable_host`). Without a key, only the loopback address keeps the
+    memory to this machine, and a DNS-rebinding page reaches that address under its own
+    name: it could read and delete every turn."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = dict(scope.get("headers") or []).get(b"host")
+            name = rebindable_host(raw.decode("latin-1") if raw is not None else None)
+            if name is not None:
+                response = error_body(
+                    403,
+                    "forbidden",
+                    f"this service runs without API keys (--no-auth) and answers only "
+                    f"requests addressed to this machine (127.0.0.1, localhost, [::1]), not "
+                    f"to {name!r}; connect to the loopback address, or serve with API keys",
+                    "host",
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

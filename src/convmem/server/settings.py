@@ -19,7 +19,8 @@ class ServerSettings(BaseModel):
         store: store URL (None: the default store in the user data directory).
         embedder: an embedder spec (``hashing``, ``all-MiniLM-L6-v2``, a folder...).
         auth: require API keys. Without auth every request acts on ``default_tenant``;
-            allowed only when ``host`` is a loopback address.
+            allowed only when ``host`` is a loopback address, and a request addressed to a
+            DNS name (``Host: attacker.example``, what a DNS-rebinding page sends) is 403.
         admin_key: the key that manages API keys (``/v1/admin/keys``).
         workers: index worker threads inside the server process (0: run
             ``convmem worker`` processes beside it).
