@@ -242,3 +242,33 @@ def test_without_keys_a_request_addressed_to_a_dns_name_is_refused(tmp_path: Pat
         for host in ("localhost", url.removeprefix("http://")):
             kept = httpx.get(f"{url}/v1/conversations/c/turns", headers={"Host": host})
             assert kept.status_code == 200 and SECRET in kept.text
+
+
+def test_a_server_without_keys_acts_on_the_tenant_it_was_given(tmp_path: Path) -> None:
+    """``convmem --tenant alice serve --no-auth`` stored turns in tenant "default", where
+    the same user's CLI (``--tenant alice``) never saw them."""
+    store = str(tmp_path / "t.db")
+    options = ("--no-auth", "--store", store, "--embedder", "hashing")
+    with served(*options, env={"CONVMEM_TENANT": "alice"}) as url:
+        turns = {"turns": make_turns([SECRET])}
+        assert httpx.post(f"{url}/v1/conversations/c/turns", json=turns).status_code == 202
+    command = [sys.executable, "-m", "convmem", "--store", store, "--embedder", "hashing"]
+    for tenant, held in (("alice", 1), ("default", 0)):
+        stats = subprocess.run(
+            [*command, "--tenant", tenant, "stats"], capture_output=True, text=True, check=True
+        )
+        assert json.loads(stats.stdout)["turns"] == held, (tenant, stats.stdout)
+
+
+def test_the_cli_checks_a_keys_label_as_the_library_does(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "convmem", "--store", str(tmp_path / "k.db")]
+    made = subprocess.run(
+        [*command, "--tenant", "acme", "keys", "create", "--name", "x" * 201],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert made.returncode != 0
+    assert "name must be a string of at most 200 characters" in made.stderr
+    listed = subprocess.run([*command, "keys", "list"], capture_output=True, text=True, check=True)
+    assert json.loads(listed.stdout) == []

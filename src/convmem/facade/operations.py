@@ -6,9 +6,9 @@ from typing import Any
 
 from convmem.errors import InvalidInputError
 from convmem.facade.base import FacadeBase
-from convmem.ids import check_conversation_id, check_flag, check_limit, check_tenant
+from convmem.ids import check_conversation_id, check_flag, check_limit
 from convmem.metrics import Counter, Histogram
-from convmem.models import INT64, JobInfo, text_problem
+from convmem.models import INT64, JobInfo
 from convmem.store.jobs import JOB_STATUSES
 
 __all__ = ["OperationsMethods"]
@@ -95,11 +95,7 @@ class OperationsMethods(FacadeBase):
 
     def create_api_key(self, tenant: str, name: str = "") -> tuple[str, str]:
         """Create an API key for ``tenant``: ``(key_id, secret)``; the secret is not stored."""
-        if not isinstance(name, str) or len(name) > 200 or text_problem(name):
-            raise InvalidInputError(
-                f"name must be a string of at most 200 characters, got {name!r}", field="name"
-            )
-        return self._engine.store.create_api_key(check_tenant(tenant), name)
+        return self._engine.store.create_api_key(tenant, name)
 
     def api_key_tenant(self, secret: str) -> str | None:
         """The tenant a live API key maps to, or None (unknown or revoked)."""

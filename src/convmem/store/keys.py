@@ -11,7 +11,9 @@ import hashlib
 import secrets
 from typing import Any
 
-from convmem.errors import NotFoundError
+from convmem.errors import InvalidInputError, NotFoundError
+from convmem.ids import check_tenant
+from convmem.models import text_problem
 from convmem.store.contract import Backend
 
 __all__ = ["KEYS_SCHEMA", "KeyTables", "hash_key"]
@@ -36,7 +38,13 @@ class KeyTables(Backend):
     """Mixin for :class:`~convmem.store.base.SQLStore`."""
 
     def create_api_key(self, tenant: str, name: str = "") -> tuple[str, str]:
-        """Create a key for ``tenant``; returns ``(key_id, secret)``. The secret is not stored."""
+        """Create a key for ``tenant``; returns ``(key_id, secret)``. The secret is not stored.
+        Every path that makes keys (the library, the CLI, the admin route) checks here."""
+        tenant = check_tenant(tenant)
+        if not isinstance(name, str) or len(name) > 200 or text_problem(name):
+            raise InvalidInputError(
+                f"name must be a string of at most 200 characters, got {name!r}", field="name"
+            )
         secret = "cm_" + secrets.token_urlsafe(32)
         key_id = "key_" + secrets.token_hex(6)
         with self._write() as conn:

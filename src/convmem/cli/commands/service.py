@@ -63,6 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         auth=not args.no_auth,
+        default_tenant=settings.tenant,
         admin_key=settings.admin_key,
         workers=args.threads,
         marker=settings.marker,
@@ -134,7 +135,9 @@ def register(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     )
     serve.add_argument("--port", type=bounded_int(0, 65535), default=8077)
     serve.add_argument(
-        "--no-auth", action="store_true", help="no API keys (loopback only; tenant 'default')"
+        "--no-auth",
+        action="store_true",
+        help="no API keys (loopback only): every request acts on --tenant ('default')",
     )
     serve.add_argument(
         "--threads",
