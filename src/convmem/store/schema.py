@@ -7,8 +7,11 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 from convmem.errors import StoreError
+from convmem.models import runs_backwards
 from convmem.store.contract import Backend
 from convmem.store.dbapi import Connection
 from convmem.store.governance import GOVERNANCE_SCHEMA
@@ -16,11 +19,11 @@ from convmem.store.keys import KEYS_SCHEMA
 from convmem.store.story import STORY_SCHEMA
 from convmem.text import tokenize, tokenizer_signature
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "UPSERT_META", "SchemaTables"]
+__all__ = ["DATA_MIGRATIONS", "MIGRATIONS", "SCHEMA_VERSION", "UPSERT_META", "SchemaTables"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 MIGRATIONS: list[str] = [
     # 1: initial schema
@@ -128,6 +131,9 @@ MIGRATIONS: list[str] = [
     # conversation lists them; the expiry check read each row, which holds the vectors:
     # 10-18 ms for a 5,000-chunk conversation, 1.5-2 ms from this index)
     "CREATE INDEX IF NOT EXISTS chunks_live ON chunks (tenant, conversation_id, deleted, expires_at)",
+    # 10: chunk times as this convmem keeps them, in rows an older one wrote (no DDL: the
+    # data step _forward_spans)
+    "",
 ]
 
 UPSERT_META = "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
@@ -153,6 +159,82 @@ def _execute_once(conn: Connection, statement: str) -> None:
         )
 
 
+def _zoned(value: object) -> bool:
+    """Whether ``value`` is an ISO 8601 time with a zone, as chunk metadata keeps times."""
+    try:
+        return isinstance(value, str) and datetime.fromisoformat(value).tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+def _forward_spans(conn: Connection) -> int:
+    """Schema 10: live chunk rows an older convmem wrote, with their times as this one
+    keeps them. Returns how many rows it rewrote.
+
+    A chunk whose turns' times ran out of order, or a caller's chunk sent so, kept a span
+    that ends before it starts (``ts_start > ts_end`` and a backwards
+    ``timestamp_range``), which no ``timestamp_range`` filter met; it now runs forwards.
+    A caller's chunk could hold times without a zone (``2026-11-05T08:00:00``, an
+    ``expires_at`` of ``2027-12-31``), which listing it (``Memory.chunks``) refused; they
+    are written as the instants the row's columns kept, in UTC.
+    """
+    count, after = 0, -1
+    while True:
+        rows = conn.execute(
+            "SELECT tenant, rowid, metadata, ts_start, ts_end, expires_at FROM chunks "
+            "WHERE deleted=0 AND (ts_start > ts_end OR origin='api') AND rowid > ? "
+            "ORDER BY rowid LIMIT 1000",
+            (after,),
+        ).fetchall()
+        if not rows:
+            return count
+        after = rows[-1][1]
+        for tenant, rowid, text, start, end, expires in rows:
+            try:
+                metadata = json.loads(text)
+            except ValueError:
+                continue
+            if not isinstance(metadata, dict):
+                continue
+            backwards = start is not None and end is not None and start > end
+            if backwards:
+                start, end = end, start
+            changed = backwards
+            span = metadata.get("timestamp_range")
+            if isinstance(span, list) and len(span) == 2:
+                if not all(_zoned(time) for time in span):
+                    if start is not None and end is not None:
+                        metadata["timestamp_range"] = [_utc(start), _utc(end)]
+                        changed = True
+                elif runs_backwards(span):
+                    metadata["timestamp_range"] = [span[1], span[0]]
+                    changed = True
+            stated = metadata.get("expires_at")
+            if stated is not None and not _zoned(stated) and expires is not None:
+                metadata["expires_at"] = _utc(expires)
+                changed = True
+            if changed:
+                conn.execute(
+                    "UPDATE chunks SET ts_start=?, ts_end=?, metadata=? WHERE tenant=? AND rowid=?",
+                    (
+                        start,
+                        end,
+                        json.dumps(metadata, ensure_ascii=False, separators=(",", ":")),
+                        tenant,
+                        rowid,
+                    ),
+                )
+                count += 1
+
+
+#: Data steps of a schema version, run after its DDL in the same transaction.
+DATA_MIGRATIONS: dict[int, Callable[[Connection], int]] = {10: _forward_spans}
+
+
 class SchemaTables(Backend):
     """Schema versions, the tokenizer signature, and the embedding model the store records."""
 
@@ -174,6 +256,9 @@ class SchemaTables(Backend):
                 for statement in migrations[version - 1].split(";"):
                     if statement.strip():
                         _execute_once(conn, statement)
+                step = DATA_MIGRATIONS.get(version)
+                if step is not None and (rows := step(conn)):
+                    logger.info("schema version %d rewrote %d chunk rows", version, rows)
                 conn.execute(
                     "INSERT INTO meta(key, value) VALUES ('schema_version', ?) " + UPSERT_META,
                     (str(version),),
