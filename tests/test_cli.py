@@ -598,3 +598,39 @@ def test_a_port_in_use_is_one_clear_line_before_anything_starts(
         )
     assert code == 2 and out == "" and err.count("\n") == 1
     assert f"port {port} on 127.0.0.1 is in use" in err and argv[-1] in err
+
+
+def test_a_tenants_rechunk_leaves_other_tenants_cut_as_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--tenant b rechunk` recorded its policy for the whole store and drained another
+    tenant's pending job under it; tenant c's later ingest came out in b's chunks too."""
+    from convmem import HashingEmbedder, Memory
+
+    store = str(tmp_path / "t.db")
+    for tenant in "abc":
+        rows = [
+            {"conversation_id": tenant, "turn_id": i, "role": "user", "text": f"第{i}句：周末搬家"}
+            for i in range(4)
+        ]
+        lines = (json.dumps(row, ensure_ascii=False) for row in rows)
+        (tmp_path / f"{tenant}.jsonl").write_text("\n".join(lines), encoding="utf-8")
+    base = ["--store", store, "--embedder", "hashing", "--marker", "keep-all"]
+    assert _run(capsys, *base, "--tenant", "b", "ingest", str(tmp_path / "b.jsonl"))[0] == 0
+    ingest_a = ["--tenant", "a", "ingest", "--no-wait", str(tmp_path / "a.jsonl")]
+    assert _run(capsys, *base, *ingest_a)[0] == 0
+    recut = ["rechunk", "--version", "7", "--max-turns", "2", "--overlap", "0"]
+    assert _run(capsys, *base, "--tenant", "b", *recut)[0] == 0
+    assert _run(capsys, *base, "--tenant", "c", "ingest", str(tmp_path / "c.jsonl"))[0] == 0
+    with Memory.open(store, embedder=HashingEmbedder(), workers=0) as memory:
+        versions: dict[str, list[int]] = {}
+        for rows in memory.store.iter_live_chunks():
+            for _, _, _, metadata in rows:
+                versions.setdefault(metadata["conversation_id"], []).append(
+                    metadata["chunk_version"]
+                )
+    assert {tenant: sorted(found) for tenant, found in versions.items()} == {
+        "a": [1],
+        "b": [7, 7],
+        "c": [1],
+    }

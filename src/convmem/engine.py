@@ -181,17 +181,20 @@ def _embedder_for(
     return embedder
 
 
-def _chunking_for(store: SQLStore, chunking: ChunkingPolicy | None) -> ChunkingPolicy | None:
-    """The handle's own chunking policy (a warning when the store's dialogue was re-cut
-    under another), or None: follow the one ``rechunk`` records in the store, read again
-    at every pass, so a process opened without one cuts new turns as the last rechunk
-    does (made by any process, before or after this one opened), instead of undoing it."""
+def _chunking_for(
+    store: SQLStore, chunking: ChunkingPolicy | None, tenant: str
+) -> ChunkingPolicy | None:
+    """The handle's own chunking policy (a warning when the tenant's dialogue was re-cut
+    under another), or None: each tenant's dialogue follows the policy its ``rechunk``
+    records in the store, read again at every pass, so a process opened without one cuts
+    new turns as the tenant's last rechunk does (made by any process, before or after this
+    one opened), instead of undoing it."""
     if chunking is not None:
-        recorded = store.chunking_policy()
+        recorded = store.chunking_policy(tenant)
         if recorded is not None and recorded != asdict(chunking):
             logger.warning(
-                "this handle cuts new turns under %s; the store's dialogue was re-cut under "
-                "%s (Memory.rechunk records the handle's policy)",
+                "this handle cuts new turns under %s; the tenant's dialogue was re-cut under "
+                "%s (Memory.rechunk records the policy)",
                 asdict(chunking),
                 recorded,
             )
@@ -201,6 +204,7 @@ def _chunking_for(store: SQLStore, chunking: ChunkingPolicy | None) -> ChunkingP
 def open_engine(
     url: str | os.PathLike[str] | None,
     *,
+    tenant: str,
     embedder: Embedder | str | None,
     chunking: ChunkingPolicy | None,
     workers: int,
@@ -248,7 +252,7 @@ def open_engine(
             embedding,
             marker=marker if marker is not None else RuleMarker(),
             policy=product_policy,
-            chunking=_chunking_for(store, chunking),
+            chunking=_chunking_for(store, chunking, tenant),
             retry=retry,
             clock=clock,
         )

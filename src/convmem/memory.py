@@ -158,6 +158,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             )
         engine = open_engine(
             url,
+            tenant=tenant,
             embedder=embedder,
             chunking=chunking,
             workers=workers,
@@ -610,18 +611,37 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                 api_ids.append(chunk_id)
         return ranges, api_ids, errors
 
-    def rechunk(self, conversation_id: str | None = None) -> int:
-        """Re-cut dialogue under the current chunking policy (after changing its version).
+    def rechunk(
+        self, conversation_id: str | None = None, *, chunking: ChunkingPolicy | None = None
+    ) -> int:
+        """Re-cut dialogue under a chunking policy (after changing its version).
 
-        Drops this tenant's worker-made chunks (of one conversation, or all) and queues the
-        conversations to be chunked again from their first live turn. Returns how many
-        conversations were queued; ``flush`` waits for them. The store records the
-        policy: a process that opens it without a ``chunking`` of its own (the CLI, the
-        service) cuts new turns under it rather than the default.
+        ``chunking``: the policy to cut under (None: this handle's, else the one this
+        tenant's last rechunk recorded, else the default). Drops this tenant's worker-made
+        chunks (of one conversation, or all) and queues the conversations to be chunked
+        again from their first live turn. Returns how many conversations were queued;
+        ``flush`` waits for them. The store records the policy for this tenant: a process
+        that opens it without a ``chunking`` of its own (the CLI, the service) cuts the
+        tenant's new turns under it rather than the default. Other tenants keep theirs.
         """
         if conversation_id is not None:
             conversation_id = check_conversation_id(conversation_id)
-        self._engine.store.set_chunking_policy(asdict(self._engine.indexer.current_chunking()))
+        if chunking is not None and not isinstance(chunking, ChunkingPolicy):
+            raise InvalidInputError(
+                "chunking must be a ChunkingPolicy (e.g. ChunkingPolicy(max_turns=6)) or None, "
+                f"got {type(chunking).__name__}",
+                field="chunking",
+            )
+        own = self._engine.indexer.chunking
+        if chunking is not None and own is not None and chunking != own:
+            raise InvalidInputError(
+                f"chunking {asdict(chunking)} differs from the {asdict(own)} this handle was "
+                "opened with, which its workers cut under; pass the same, or open the store "
+                "without chunking=",
+                field="chunking",
+            )
+        policy = chunking or self._engine.indexer.current_chunking(self._tenant)
+        self._engine.store.set_chunking_policy(self._tenant, asdict(policy))
         count = self._engine.store.reset_conversations(self._tenant, conversation_id)
         self._engine.pool.wake()
         return count

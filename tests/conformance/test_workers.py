@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from convmem import EmbedderError, HashingEmbedder, Memory
+from convmem import EmbedderError, HashingEmbedder, InvalidInputError, Memory
 from convmem.clock import ManualClock
 from convmem.embed.base import Vectors
 from convmem.governance import KeepAllMarker
@@ -218,7 +218,7 @@ def test_a_handle_without_a_policy_follows_a_later_rechunk(backend_url: str) -> 
             assert admin.rechunk() == 1
             worker.run_pending()  # the worker takes the re-cut up first
             admin.flush()
-            assert admin.store.chunking_policy() == asdict(recut)
+            assert admin.store.chunking_policy(admin.tenant) == asdict(recut)
         versions = _versions(worker, "c")
         assert len(versions) == len(TEXTS) // 2 and set(versions) == {2}
         worker.add_turns("d", make_turns(TEXTS[:4]))
@@ -229,6 +229,35 @@ def test_a_handle_without_a_policy_follows_a_later_rechunk(backend_url: str) -> 
         own.add_turns("e", make_turns(TEXTS[:4]))
         own.flush()
         assert set(_versions(own, "e")) == {1}
+
+
+def test_one_tenants_rechunk_leaves_the_other_tenants_policy(backend_url: str) -> None:
+    """`convmem --tenant b rechunk --max-turns 2` recorded its policy for the whole store,
+    and the jobs of other tenants it drained were cut under it: tenant a's pending turns
+    and every later write of tenant c came out in b's chunks."""
+    recut = ChunkingPolicy(max_turns=2, overlap_turns=0, version=7)
+    with _open(backend_url, tenant="b") as memory:
+        tenant_a, tenant_c = memory.for_tenant("a"), memory.for_tenant("c")
+        memory.add_turns("b-conv", make_turns(TEXTS[:4]))
+        memory.flush()
+        tenant_a.add_turns("a-conv", make_turns(TEXTS[:4]))  # pending while b re-cuts
+        assert memory.rechunk(chunking=recut) == 1
+        memory.run_pending()
+        memory.flush()
+        tenant_a.flush()
+        assert _versions(memory, "b-conv") == [7, 7] and memory.stats()["chunks"] == 2
+        assert _versions(tenant_a, "a-conv") == [1]  # the default cut: 4 turns, one chunk
+        tenant_c.add_turns("c-conv", make_turns(TEXTS[:4]))
+        tenant_c.flush()
+        assert _versions(tenant_c, "c-conv") == [1]
+        memory.add_turns("b-conv", make_turns(TEXTS[:6])[4:])  # b's new turns follow b's policy
+        memory.flush()
+        assert memory.stats()["chunks"] == 3
+    with (
+        _open(backend_url, tenant="b", chunking=ChunkingPolicy()) as own,
+        pytest.raises(InvalidInputError, match="differs from"),
+    ):
+        own.rechunk(chunking=recut)
 
 
 def test_the_store_writes_no_pass_whose_jobs_another_worker_holds(backend_url: str) -> None:

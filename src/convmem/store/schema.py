@@ -137,6 +137,8 @@ MIGRATIONS: list[str] = [
 ]
 
 UPSERT_META = "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+#: The meta key of a tenant's chunking policy: this, then the tenant's name.
+CHUNKING_KEY = "chunking_policy\x1f"
 
 
 _ADD_COLUMN = re.compile(
@@ -307,21 +309,32 @@ class SchemaTables(Backend):
                 time.perf_counter() - began,
             )
 
-    def chunking_policy(self) -> dict[str, int] | None:
-        """The chunking policy ``rechunk`` recorded (its fields), or None."""
-        row = self._db().execute("SELECT value FROM meta WHERE key='chunking_policy'").fetchone()
+    def chunking_policy(self, tenant: str) -> dict[str, int] | None:
+        """The chunking policy ``rechunk`` recorded for ``tenant`` (its fields), or None.
+        A store whose policy a convmem of stop 54 recorded for every tenant at once keeps
+        that one for the tenants that have none of their own."""
+        rows = dict(
+            self._db()
+            .execute(
+                "SELECT key, value FROM meta WHERE key IN (?, 'chunking_policy')",
+                (CHUNKING_KEY + tenant,),
+            )
+            .fetchall()
+        )
+        row = rows.get(CHUNKING_KEY + tenant, rows.get("chunking_policy"))
         if row is None:
             return None
-        value = json.loads(row[0])
+        value = json.loads(row)
         return value if isinstance(value, dict) else None
 
-    def set_chunking_policy(self, policy: dict[str, int]) -> None:
-        """Record the chunking policy the store's dialogue is cut under (``rechunk``), so a
-        process that opens it without one of its own cuts new turns the same way."""
+    def set_chunking_policy(self, tenant: str, policy: dict[str, int]) -> None:
+        """Record the chunking policy ``tenant``'s dialogue is cut under (``rechunk``), so
+        a process that opens the store without one of its own cuts the tenant's new turns
+        the same way. Other tenants keep theirs."""
         with self._write() as conn:
             conn.execute(
-                "INSERT INTO meta(key, value) VALUES ('chunking_policy', ?) " + UPSERT_META,
-                (json.dumps(policy, sort_keys=True),),
+                "INSERT INTO meta(key, value) VALUES (?, ?) " + UPSERT_META,
+                (CHUNKING_KEY + tenant, json.dumps(policy, sort_keys=True)),
             )
 
     def embedding_model(self) -> tuple[str, int] | None:

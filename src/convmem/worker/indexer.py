@@ -107,7 +107,8 @@ class Indexer:
         # Tells this handle's claims from those of other handles in the process, so that
         # closing one hands back only its own.
         self._handle = uuid.uuid4().hex[:12]
-        self._recorded: tuple[Mapping[str, Any] | None, ChunkingPolicy] = (None, ChunkingPolicy())
+        #: each tenant's recorded policy as last read, and the policy it makes
+        self._recorded: dict[str, tuple[Mapping[str, Any] | None, ChunkingPolicy]] = {}
         #: Why this process stopped indexing (the store now records another embedding
         #: model than it runs), or None.
         self.stale: str | None = None
@@ -121,20 +122,22 @@ class Indexer:
         """``host:pid:handle:thread``, the calling thread's claims of this indexer."""
         return f"{self.claim_prefix()}{threading.get_ident()}"
 
-    def current_chunking(self) -> ChunkingPolicy:
-        """The policy a pass cuts under now: the handle's own, else the store's."""
+    def current_chunking(self, tenant: str) -> ChunkingPolicy:
+        """The policy a pass cuts ``tenant``'s dialogue under now: the handle's own, else
+        the one the tenant's last ``rechunk`` recorded, else the default."""
         if self.chunking is not None:
             return self.chunking
-        recorded = self.store.chunking_policy()
-        if recorded == self._recorded[0]:
-            return self._recorded[1]
+        recorded = self.store.chunking_policy(tenant)
+        known = self._recorded.get(tenant)
+        if known is not None and known[0] == recorded:
+            return known[1]
         chunking = ChunkingPolicy()
         if recorded is not None:
             try:
                 chunking = ChunkingPolicy(**recorded)
             except (TypeError, ValueError):
                 logger.warning("ignoring an unreadable chunking policy in the store: %s", recorded)
-        self._recorded = (recorded, chunking)
+        self._recorded[tenant] = (recorded, chunking)
         return chunking
 
     def close(self) -> None:
@@ -166,19 +169,19 @@ class Indexer:
         groups: dict[tuple[str, str], list[ClaimedJob]] = {}
         for job in claimed:
             groups.setdefault((job.tenant, job.conversation_id), []).append(job)
-        chunking = self.current_chunking()
+        chunking = {tenant: self.current_chunking(tenant) for tenant, _ in groups}
         prepared: list[Prepared] = []
-        for jobs in groups.values():
+        for (tenant, _), jobs in groups.items():
             try:
                 prepared.append(
-                    prepare(self.store, self.marker, self.policy(jobs[0].tenant), chunking, jobs)
+                    prepare(self.store, self.marker, self.policy(tenant), chunking[tenant], jobs)
                 )
             except Exception as exc:  # one conversation's failure stays with its own jobs
                 self.fail(jobs, exc, worker_id=worker_id)
         if not prepared:
             return 0
         everything = [job for item in prepared for job in item.jobs]
-        if self.current_chunking() != chunking:
+        if any(self.current_chunking(tenant) != policy for tenant, policy in chunking.items()):
             # a rechunk recorded another policy while this pass read the turns (it may
             # have read them after the reset): run again under the new one
             self.store.release_jobs(_keys(everything), worker_id=worker_id)

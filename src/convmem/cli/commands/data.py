@@ -285,8 +285,10 @@ def cmd_rechunk(args: argparse.Namespace) -> int:
         overlap_turns=args.overlap,
         version=args.version,
     )
-    with open_memory(args, chunking=policy, existing=True) as memory:
-        queued = memory.rechunk(args.conversation)
+    # the handle keeps no policy of its own: the rechunk records this one for the tenant,
+    # and the jobs of other tenants it drains are cut under theirs
+    with open_memory(args, existing=True) as memory:
+        queued = memory.rechunk(args.conversation, chunking=policy)
         drain_index(memory, args, timeout=args.timeout)
         print_json({"conversations": queued, "chunks": memory.stats()["chunks"]})
     return 0

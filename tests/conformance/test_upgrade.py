@@ -9,34 +9,12 @@ opens it again.
 from __future__ import annotations
 
 import json
-import os
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from convmem import HashingEmbedder, Memory
 from convmem.store import schema as store_schema
 
 TENANT = "default"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'memory.db'}"
-        return
-    base = os.environ.get("CONVMEM_TEST_POSTGRES_URL")
-    if not base:
-        pytest.skip("CONVMEM_TEST_POSTGRES_URL is not set (scripts/postgres start)")
-    import psycopg
-
-    schema = "upg_" + uuid.uuid4().hex[:12]
-    yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _open(url: str) -> Memory:
@@ -70,8 +48,8 @@ def _backwards(metadata: dict[str, Any], start: Any, end: Any) -> tuple[Any, ...
     return metadata, end, start
 
 
-def test_a_backwards_span_an_older_convmem_kept_meets_time_filters(store_url: str) -> None:
-    with _open(store_url) as memory:
+def test_a_backwards_span_an_older_convmem_kept_meets_time_filters(backend_url: str) -> None:
+    with _open(backend_url) as memory:
         # two devices: the second line's clock runs an hour behind the first's
         memory.add_turns(
             "c_clock",
@@ -109,7 +87,7 @@ def test_a_backwards_span_an_older_convmem_kept_meets_time_filters(store_url: st
         )
         _as_older_convmem_left_it(memory, _backwards)
     window = {"timestamp_range": ["2026-11-07T09:30:00+08:00", "2026-11-07T09:45:00+08:00"]}
-    with _open(store_url) as memory:
+    with _open(backend_url) as memory:
         hits = memory.search("备用钥匙", top_k=5, min_score=0, granularity="chunk", filters=window)
         assert {hit.metadata["conversation_id"] for hit in hits} == {"c_clock", "c_api"}
         for hit in hits:
@@ -135,8 +113,10 @@ def _unzoned(metadata: dict[str, Any], start: Any, end: Any) -> tuple[Any, ...]:
     return metadata, start, end
 
 
-def test_a_callers_chunk_with_times_an_older_convmem_took_unzoned_is_listed(store_url: str) -> None:
-    with _open(store_url) as memory:
+def test_a_callers_chunk_with_times_an_older_convmem_took_unzoned_is_listed(
+    backend_url: str,
+) -> None:
+    with _open(backend_url) as memory:
         memory.upsert_chunks(
             [
                 {
@@ -156,7 +136,7 @@ def test_a_callers_chunk_with_times_an_older_convmem_took_unzoned_is_listed(stor
             ]
         )
         _as_older_convmem_left_it(memory, _unzoned)
-    with _open(store_url) as memory:
+    with _open(backend_url) as memory:
         (chunk,) = memory.chunks("c_api")
         assert chunk.metadata.timestamp_range == (
             "2026-11-05T08:00:00+00:00",
