@@ -634,3 +634,29 @@ def test_a_tenants_rechunk_leaves_other_tenants_cut_as_before(
         "b": [7, 7],
         "c": [1],
     }
+
+
+def test_delete_waits_for_its_conversation_not_for_other_writers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A delete is done when its call returns; `convmem delete` waited for the tenant's
+    whole backlog, and with other writers busy it timed out and exited 1 after deleting."""
+    from convmem import HashingEmbedder, Memory
+
+    store = str(tmp_path / "d.db")
+    with Memory.open(store, embedder=HashingEmbedder(), workers=0) as memory:
+        memory.add_turns(
+            "c1", [{"turn_id": i, "role": "user", "text": f"第{i}句"} for i in range(4)]
+        )
+        memory.flush()
+        memory.add_turns("busy", [{"turn_id": 0, "role": "user", "text": "另一个写入者的新消息"}])
+        (job,) = memory.store.claim_jobs("another-worker", limit=10, lease_seconds=3600)
+        assert job.conversation_id == "busy"  # held by a live worker elsewhere
+    base = ["--store", store, "--embedder", "hashing"]
+    code, out, err = _run(capsys, *base, "delete", "c1", "--turns", "0-1", "--timeout", "2")
+    assert code == 0, err
+    assert json.loads(out)["turns_deleted"] == 2
+    with Memory.open(store, embedder=HashingEmbedder(), workers=0) as memory:
+        assert [turn.seq for turn in memory.recent_turns("c1")] == [2, 3]
+        assert memory.backlog(conversation_id="c1") == (0, 0)
+        assert memory.backlog() == (1, 0)  # the other writer's job is still its own

@@ -253,10 +253,13 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
             accepted_at=accepted_at,
         )
 
-    def flush(self, timeout: float = 60.0) -> FlushResult:
-        """Wait until this tenant has no pending or running index jobs.
+    def flush(self, timeout: float = 60.0, *, conversation_id: str | None = None) -> FlushResult:
+        """Wait until this tenant (or one of its conversations: the jobs a write or a
+        delete there queued, whatever other writers keep adding) has no pending or running
+        index jobs.
 
-        With no worker threads, runs the jobs in the calling thread.
+        With no worker threads, runs the jobs in the calling thread (oldest first, of any
+        conversation).
 
         Raises:
             FlushTimeoutError: jobs were still pending after ``timeout`` seconds.
@@ -264,9 +267,11 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                 them: the store was reindexed to another model since it was opened.
         """
         check_seconds(timeout, "timeout", zero=True, endless=True)
+        if conversation_id is not None:
+            conversation_id = check_conversation_id(conversation_id)
         deadline = time.monotonic() + timeout
         while True:
-            pending, failed = self._engine.store.backlog(self._tenant)
+            pending, failed = self._engine.store.backlog(self._tenant, conversation_id)
             if pending == 0:
                 return FlushResult(pending=0, failed=failed)
             if self._engine.indexer.stale is not None:

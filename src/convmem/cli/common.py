@@ -148,26 +148,31 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
 
 
-def drain_index(memory: Memory, args: argparse.Namespace, *, timeout: float) -> int:
-    """Run this tenant's index jobs until none is pending, drawing a bar on a terminal.
+def drain_index(
+    memory: Memory, args: argparse.Namespace, *, timeout: float, conversation_id: str | None = None
+) -> int:
+    """Run this tenant's index jobs until none is pending (of ``conversation_id`` only,
+    when given: other writers' new turns are not this command's to wait for), drawing a
+    bar on a terminal.
 
     Returns the number of failed jobs.
 
     Raises:
         FlushTimeoutError: jobs were still pending after ``timeout`` seconds.
     """
-    pending, failed = memory.backlog()
+    pending, failed = memory.backlog(conversation_id=conversation_id)
     deadline = time.monotonic() + timeout
     with Progress.for_terminal("indexing", quiet=quiet(args), total=pending) as bar:
         while True:
             try:
                 failed = memory.flush(
-                    timeout=min(0.5, max(0.0, deadline - time.monotonic()))
+                    timeout=min(0.5, max(0.0, deadline - time.monotonic())),
+                    conversation_id=conversation_id,
                 ).failed
                 bar.update(bar.total or 0)
                 return failed
             except FlushTimeoutError:
-                left, failed = memory.backlog()
+                left, failed = memory.backlog(conversation_id=conversation_id)
                 bar.update(max(0, (bar.total or 0) - left))
                 if time.monotonic() >= deadline:
                     raise FlushTimeoutError(

@@ -116,11 +116,22 @@ class OperationsMethods(FacadeBase):
             None if check_flag(all_tenants, "all_tenants") else self._tenant
         )
 
-    def backlog(self, *, all_tenants: bool = False) -> tuple[int, int]:
-        """``(pending_or_running, failed)`` index jobs of this tenant (or of every tenant)."""
-        return self._engine.store.backlog(
-            None if check_flag(all_tenants, "all_tenants") else self._tenant
-        )
+    def backlog(
+        self, *, all_tenants: bool = False, conversation_id: str | None = None
+    ) -> tuple[int, int]:
+        """``(pending_or_running, failed)`` index jobs of this tenant (or of one of its
+        conversations, or of every tenant)."""
+        if check_flag(all_tenants, "all_tenants"):
+            if conversation_id is not None:
+                raise InvalidInputError(
+                    "conversation_id names a conversation of this tenant; leave it out with "
+                    "all_tenants=True",
+                    field="conversation_id",
+                )
+            return self._engine.store.backlog(None)
+        if conversation_id is not None:
+            conversation_id = check_conversation_id(conversation_id)
+        return self._engine.store.backlog(self._tenant, conversation_id)
 
 
 def _job_id(job_id: Any) -> int:

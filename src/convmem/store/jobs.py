@@ -225,13 +225,19 @@ class JobTables(Backend):
                     raise NotFoundError(f"No job {job_id} in tenant {tenant!r}")
         return self.job(tenant, job_id)
 
-    def backlog(self, tenant: str | None = None) -> tuple[int, int]:
-        """``(pending_or_running, failed)`` job counts, for one tenant or all."""
+    def backlog(
+        self, tenant: str | None = None, conversation_id: str | None = None
+    ) -> tuple[int, int]:
+        """``(pending_or_running, failed)`` job counts, for one tenant (or one of its
+        conversations) or all."""
         sql = "SELECT status, count(*) FROM jobs WHERE status IN ('pending','running','failed')"
         params: list[Any] = []
         if tenant is not None:
             sql += " AND tenant=?"
             params.append(tenant)
+            if conversation_id is not None:
+                sql += " AND conversation_id=?"
+                params.append(conversation_id)
         counts = dict(self._db().execute(sql + " GROUP BY status", params).fetchall())
         return counts.get("pending", 0) + counts.get("running", 0), counts.get("failed", 0)
 

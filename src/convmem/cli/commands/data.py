@@ -233,7 +233,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
             turn_range=_parse_range(args.turns) if args.turns else None,
             chunk_ids=args.chunk_id or None,
         )
-        drain_index(memory, args, timeout=args.timeout)
+        # the delete is done; wait for its conversation's re-cut, not for other writers
+        drain_index(memory, args, timeout=args.timeout, conversation_id=args.conversation)
         what = (
             f"turns {args.turns}"
             if args.turns
@@ -289,7 +290,7 @@ def cmd_rechunk(args: argparse.Namespace) -> int:
     # and the jobs of other tenants it drains are cut under theirs
     with open_memory(args, existing=True) as memory:
         queued = memory.rechunk(args.conversation, chunking=policy)
-        drain_index(memory, args, timeout=args.timeout)
+        drain_index(memory, args, timeout=args.timeout, conversation_id=args.conversation)
         print_json({"conversations": queued, "chunks": memory.stats()["chunks"]})
     return 0
 
