@@ -4,6 +4,7 @@ Each race is forced at one point of the pass by a hook; nothing waits for it by 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -116,3 +117,42 @@ def test_a_rechunk_while_a_worker_holds_the_job_wins(
                 "SELECT DISTINCT chunk_version, end_seq - start_seq FROM chunks WHERE deleted=0"
             ).fetchall()
         assert rows == [(7, 1)]
+
+
+def test_two_handles_saving_the_hnsw_index_at_once_keep_every_chunk(tmp_path: Path) -> None:
+    """Two processes closing at once each wrote the index file, then the record of its
+    watermark: A's index, B's index, B's record, A's record left B's index under A's
+    watermark, and A's new chunk was missing from vector search until a rebuild. Each
+    save now writes a file of its own, and the record names it."""
+    from convmem import HashingEmbedder, Memory
+    from convmem.governance import KeepAllMarker
+
+    path = str(tmp_path / "m.db")
+
+    def handle() -> Memory:
+        return Memory.open(
+            path, embedder=HashingEmbedder(), marker=KeepAllMarker(), workers=0, ann_min_rows=1
+        )
+
+    with handle() as first, handle() as second:
+        first.add_turns("old", [{"turn_id": 0, "role": "user", "text": "周末去爬山"}])
+        first.flush()
+        assert second.search("爬山", mode="vector", min_score=0)  # B's index: "old" only
+        first.add_turns("new", [{"turn_id": 0, "role": "user", "text": "水族箱密码是斑马灯笼"}])
+        first.flush()
+        assert first.search("水族箱密码", mode="vector", min_score=0)  # A's index: both
+        index_a = first.searcher._sidecar(first.tenant)
+        index_b = second.searcher._sidecar(second.tenant)
+        assert index_a is not None and index_b is not None
+        written_a = index_a._write_index()
+        written_b = index_b._write_index()
+        index_b._publish(written_b)
+        index_a._publish(written_a)  # the last record names A's own file
+        index_a._dirty = index_b._dirty = 0  # closing saves nothing more
+        record = json.loads(index_a._sidecar.read_text(encoding="utf-8"))
+        assert record["file"] == written_a.name and written_a.exists()
+        assert record["change_seq"] == index_a._watermark
+        assert not written_b.exists()  # the file it replaced is gone
+    with handle() as third:
+        hits = third.search("水族箱密码", mode="vector", min_score=0, granularity="chunk")
+        assert hits and hits[0].metadata["conversation_id"] == "new"

@@ -12,11 +12,15 @@ usearch keeps a removed key's vector, in memory and in the saved file.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
 import math
+import os
 import threading
+import time
+import uuid
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,6 +74,7 @@ class AnnIndex:
         self._page = page
         self._params = (connectivity, expansion_add, expansion_search)
         digest = hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:16]
+        self._prefix = f"{Path(store.path).name}.{digest}"
         self.path = Path(f"{store.path}.{digest}.usearch")
         self._sidecar = Path(f"{self.path}.json")
         self._index: Any = None
@@ -95,19 +100,43 @@ class AnnIndex:
         self._index = self._new()
         self._watermark = 0
         self._purges = self._store.purges()
-        if self.path.exists() and self._sidecar.exists():
-            try:
-                meta = json.loads(self._sidecar.read_text(encoding="utf-8"))
-                if meta.get("dimension") == self._dimension and (
-                    meta.get("purges", 0) == self._purges
-                ):
-                    self._index.load(str(self.path))
-                    self._watermark = int(meta["change_seq"])
-                    return
-            except (OSError, ValueError, KeyError, RuntimeError) as exc:
-                logger.warning("rebuilding ANN index %s: %s", self.path, exc)
-            self._index = self._new()
-            self._watermark = 0
+        meta = self._meta()
+        if meta is None:
+            return
+        saved = self._saved_file(meta)
+        try:
+            if (
+                saved is not None
+                and meta.get("dimension") == self._dimension
+                and meta.get("purges", 0) == self._purges
+            ):
+                self._index.load(str(saved))
+                self._watermark = int(meta["change_seq"])
+                return
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            logger.warning("rebuilding ANN index %s: %s", self.path, exc)
+        self._index = self._new()
+        self._watermark = 0
+
+    def _meta(self) -> dict[str, Any] | None:
+        """The sidecar's record of the saved index, or None."""
+        try:
+            meta = json.loads(self._sidecar.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def _saved_file(self, meta: dict[str, Any]) -> Path | None:
+        """The index file the record names (one of this index's own files), or None."""
+        name = meta.get("file", self.path.name)  # before each save had a file of its own
+        if not isinstance(name, str) or not name.startswith(self._prefix) or "/" in name:
+            return None
+        saved = self.path.with_name(name)
+        return saved if saved.exists() else None
+
+    def _files(self) -> list[Path]:
+        """Every file of this index: saved indexes, the record, records being written."""
+        return list(self.path.parent.glob(glob.escape(self._prefix) + ".*usearch*"))
 
     def reset(self) -> None:
         """Forget the index (after a reindex); it is rebuilt from the store on next use."""
@@ -117,7 +146,7 @@ class AnnIndex:
     def _forget_locked(self) -> None:
         self._index = None
         self._dirty = 0
-        for path in (self.path, self._sidecar):
+        for path in self._files():
             path.unlink(missing_ok=True)
 
     def sync(self) -> bool:
@@ -215,10 +244,27 @@ class AnnIndex:
     def _save_locked(self) -> None:
         if self._index is None:
             return
-        self._index.save(str(self.path))
-        self._sidecar.write_text(
+        self._publish(self._write_index())
+        self._dirty = 0
+
+    def _write_index(self) -> Path:
+        """Write the index to a file of its own, named by no record yet."""
+        written = self.path.with_name(f"{self._prefix}.{uuid.uuid4().hex[:12]}.usearch")
+        self._index.save(str(written))
+        return written
+
+    def _publish(self, written: Path) -> None:
+        """Make ``written`` the saved index: one atomic replace of the record that names it
+        with its watermark. Processes that save at once each write their own file, so the
+        record never pairs one index with another's watermark (which had left a chunk out
+        of vector search until a rebuild)."""
+        before = self._meta()
+        previous = self._saved_file(before) if before is not None else None
+        record = self._sidecar.with_name(f"{self._sidecar.name}.{uuid.uuid4().hex[:12]}")
+        record.write_text(
             json.dumps(
                 {
+                    "file": written.name,
                     "change_seq": self._watermark,
                     "dimension": self._dimension,
                     "purges": self._purges,
@@ -226,7 +272,19 @@ class AnnIndex:
             ),
             encoding="utf-8",
         )
-        self._dirty = 0
+        os.replace(record, self._sidecar)
+        if previous is not None and previous != written:
+            previous.unlink(missing_ok=True)
+        # files another saver wrote and no record names any more (left by a race or a
+        # crash); a file that recent may still be about to be named
+        stale = time.time() - 600
+        for path in self._files():
+            if path not in (written, self._sidecar):
+                try:
+                    if path.stat().st_mtime < stale:
+                        path.unlink(missing_ok=True)
+                except OSError:
+                    pass
 
     def save(self) -> None:
         """Persist the index and its watermark beside the store."""
