@@ -166,3 +166,29 @@ def spy(monkeypatch: Any, module: Any, name: str) -> list[str]:
 
     monkeypatch.setattr(module, name, recorded)
     return seen
+
+
+class LiveServer:
+    """uvicorn serving an app on 127.0.0.1 in a thread."""
+
+    def __init__(self, app: Any) -> None:
+        import threading
+        import time
+
+        import uvicorn
+
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)

@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,30 +25,9 @@ from convmem import HashingEmbedder, Memory
 from convmem.governance import KeepAllMarker
 from convmem.server import ServerSettings, create_app
 from convmem.text import bilingual
-from helpers import OutageEmbedder, live_chunks, make_turns
+from helpers import LiveServer, OutageEmbedder, live_chunks, make_turns
 
 ADMIN = "admin-secret-for-tests"
-
-
-class LiveServer:
-    """uvicorn serving an app on 127.0.0.1 in a thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def _settings(tmp_path: Path, **changes: Any) -> ServerSettings:

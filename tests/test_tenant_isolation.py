@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,12 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from convmem import HashingEmbedder
 from convmem.server import ServerSettings, create_app
 from convmem.server.middleware import rebindable_host
-from helpers import make_turns, served
+from helpers import LiveServer, make_turns, served
 
 ADMIN = "admin-secret-for-isolation-tests"
 SECRET = "甲方的机密：合同金额三百万，青铜钥匙在七号仓。"
@@ -31,27 +29,6 @@ PLAN = {
     "summary": "林远用青铜钥匙打开七号仓",
     "characters": ["林远"],
 }
-
-
-class LiveServer:
-    """uvicorn serving an app on 127.0.0.1 in a thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def _key(url: str, tenant: str) -> dict[str, str]:

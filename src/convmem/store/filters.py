@@ -513,16 +513,7 @@ def matches(metadata: Mapping[str, Any], spec: FilterSpec) -> bool:
                 )
         elif field in NUMBER_FIELDS:
             have = metadata.get(field)
-            ok = (
-                have is not None
-                and {
-                    "$gte": have >= value,
-                    "$gt": have > value,
-                    "$lte": have <= value,
-                    "$lt": have < value,
-                    "$eq": have == value,
-                }[op]
-            )
+            ok = have is not None and _compare(op, have, value)
         else:
             have = metadata.get(field)
             if field in BOOL_FIELDS:
@@ -546,6 +537,11 @@ def _meets_turn(field: str, op: str, value: Any, have: Any) -> bool:
         return not (isinstance(have, str) and have == value)
     if isinstance(have, bool) or not isinstance(have, int | float):
         return False
+    return _compare(op, have, value)
+
+
+def _compare(op: str, have: Any, value: Any) -> bool:
+    """``have op value`` for a number comparison of the filter language."""
     return bool(
         {
             "$gte": have >= value,
