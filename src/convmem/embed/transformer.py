@@ -99,7 +99,8 @@ class TransformerEmbedder:
         self._pooling = pooling or self._read_pooling(folder)
         if self._pooling not in ("mean", "cls"):
             raise EmbedderError(f"pooling must be 'mean' or 'cls', got {self._pooling!r}")
-        self._max_length = max_length
+        # never past the model's position table: a longer text made torch raise mid-reindex
+        self._max_length = min(max_length, self._positions(self._model.config, self._tokenizer))
         self._batch_size = batch_size
         self._model_id = model_id or folder.name
         self._dimension = int(self._model.config.hidden_size)
@@ -111,6 +112,18 @@ class TransformerEmbedder:
             self._pooling,
             folder,
         )
+
+    @staticmethod
+    def _positions(config: Any, tokenizer: Any) -> int:
+        """The most tokens the model takes: its position table (less the padding offset
+        RoBERTa-style models reserve in it), or the tokenizer's limit when that is lower."""
+        limit = int(getattr(config, "max_position_embeddings", 0) or 0) or 1 << 30
+        if "roberta" in str(getattr(config, "model_type", "")):
+            limit -= int(getattr(config, "pad_token_id", 1) or 1) + 1
+        declared = getattr(tokenizer, "model_max_length", None)
+        if isinstance(declared, int) and 0 < declared < limit:
+            limit = declared
+        return limit
 
     @staticmethod
     def _read_pooling(folder: Path) -> str:
