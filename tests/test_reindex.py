@@ -143,3 +143,65 @@ def test_reindex_to_a_model_with_a_short_position_table(tmp_path: Path) -> None:
         Memory.open(url, workers=0)
     with Memory.open(url, embedder=str(folder), workers=0) as memory:
         assert memory.stats()["embedding_model"] == "short-bert"
+
+
+def test_a_chunk_rewritten_or_purged_while_a_reindex_embeds_it_keeps_its_own_vector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reindex wrote what it embedded by rowid alone: a chunk rewritten meanwhile kept
+    its old text's vector, and a purged chunk's rowid taken by a new chunk (SQLite reuses
+    it) got the purged text's vector and line tokens."""
+    import convmem.memory as memory_module
+
+    path = str(tmp_path / "m.db")
+
+    def handle(embedder: str, **options: object) -> Memory:
+        return Memory.open(path, embedder=embedder, workers=0, marker=KeepAllMarker(), **options)
+
+    with handle("hashing") as memory:
+        memory.add_turns("plans", make_turns(["I am planning a trip to Kyoto in April.", "Nice."]))
+        memory.add_turns("secret", make_turns(["My bank PIN is 4921, codeword BLUEHERON.", "ok"]))
+        memory.upsert_chunks(
+            [
+                {
+                    "chunk_id": "doc_1",
+                    "text": "The office wifi password is tangerine42.",
+                    "metadata": {"conversation_id": "docs", "turn_range": [1, 1]},
+                }
+            ]
+        )
+        memory.flush()
+
+    embed_chunks = memory_module.embed_chunks
+
+    def embed_while_others_write(embedding: object, items: list) -> object:
+        vectors = embed_chunks(embedding, items)
+        with handle("hashing:256") as other:  # a process already on the new model
+            other.delete("secret")
+            other.purge()
+            other.add_turns("kitchen", make_turns(["Repaint the kitchen walls yellow.", "ok"]))
+            other.upsert_chunks(
+                [
+                    {
+                        "chunk_id": "doc_1",
+                        "text": "Grandma's birthday dinner is on Sunday at six.",
+                        "metadata": {"conversation_id": "docs", "turn_range": [1, 1]},
+                    }
+                ]
+            )
+            other.flush()
+        return vectors
+
+    monkeypatch.setattr(memory_module, "embed_chunks", embed_while_others_write)
+    with handle("hashing:256", allow_model_change=True) as memory:
+        memory.reindex()
+    monkeypatch.setattr(memory_module, "embed_chunks", embed_chunks)
+    with handle("hashing:256") as memory:
+        rows = memory.store._db().execute("SELECT text, vector, turn_tokens FROM chunks").fetchall()
+        for text, blob, tokens in rows:
+            vector = np.frombuffer(blob, dtype=np.float32)
+            assert float(vector @ memory.embedding.embed_array([text])[0]) > 0.999, text
+            assert "blueheron" not in (tokens or "").lower(), text
+        assert b"blueheron" not in Path(path).read_bytes().lower()
+        hits = memory.search("birthday dinner", mode="vector", granularity="chunk", min_score=0)
+        assert hits[0].chunk_id == "doc_1"

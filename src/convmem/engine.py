@@ -175,8 +175,11 @@ def _embedder_for(
         raise EmbeddingMismatchError(
             f"Store at {store.url} holds {recorded[1]}-d vectors from '{recorded[0]}'; "
             f"the configured embedder gives {embedder.dimension}-d "
-            f"'{embedder.model_id}'. Run 'convmem reindex' to re-embed with the new "
-            "model, or open the store with the old one."
+            f"'{embedder.model_id}'. To move the store to the new model, run 'convmem "
+            "--store URL reindex --embedder SPEC' with the embedder you passed here (a plain "
+            "'convmem reindex' re-embeds with the store's own model), or in Python "
+            "Memory.open(url, embedder=..., allow_model_change=True).reindex(); or open the "
+            "store with its own model."
         )
     return embedder
 

@@ -685,6 +685,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
                     (
                         tenant,
                         rowid,
+                        text,
                         vector,
                         lines,
                         line_tokens(text, metadata.get("turn_offsets") or []),

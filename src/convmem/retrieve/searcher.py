@@ -576,20 +576,9 @@ class HybridSearcher:
                     f"vectors from '{self.embedding.model_id}'",
                     field="query_vector",
                 )
-            return vector
-        if request.mode == "lexical":
-            return None
-        moved = self._moved()
-        if moved is not None:
-            problem = (
-                f"The store holds vectors of '{moved}', not of this process's "
-                f"'{self.embedding.model_id}' (it was reindexed since, or is being): restart "
-                "the process with the store's model"
-            )
-            if request.mode == "vector":
-                raise EmbeddingMismatchError(problem)
-            logger.warning("the store has another model, searching lexically: %s", problem)
-            self.degraded.inc()
+            # a vector of this process's model is no vector of the store's after a reindex
+            return vector if self._still_the_stores(request) else None
+        if request.mode == "lexical" or not self._still_the_stores(request):
             return None
         query = self._vector_text(request.tenant, spec, clean_text(request.query_text))
         if request.mode == "vector":
@@ -600,6 +589,23 @@ class HybridSearcher:
             logger.warning("query embedding failed, searching lexically: %s", exc)
             self.degraded.inc()
             return None
+
+    def _still_the_stores(self, request: SearchRequest) -> bool:
+        """Whether the store still records this process's model; if not, a vector-only
+        search raises and a hybrid one goes lexical (a reindex moved the store)."""
+        moved = self._moved()
+        if moved is None:
+            return True
+        problem = (
+            f"The store holds vectors of '{moved}', not of this process's "
+            f"'{self.embedding.model_id}' (it was reindexed since, or is being): restart "
+            "the process with the store's model"
+        )
+        if request.mode == "vector":
+            raise EmbeddingMismatchError(problem)
+        logger.warning("the store has another model, searching lexically: %s", problem)
+        self.degraded.inc()
+        return False
 
     def _moved(self) -> str | None:
         """The model the store records when it is not this searcher's (a reindex moved the
@@ -667,12 +673,16 @@ class HybridSearcher:
         self, tenant: str, spec: FilterSpec, vector: np.ndarray, pool: int
     ) -> list[tuple[int, float]]:
         if self.store.native_vector_index:
-            return self.store.scan_vectors(tenant, spec, vector, pool)
+            return self.store.scan_vectors(
+                tenant, spec, vector, pool, model_id=self.embedding.model_id
+            )
         if spec.conversation_id is not None:
             return self._scope_vectors(tenant, spec, vector, pool)
         index = self._sidecar(tenant)
         if index is None:
-            return self.store.scan_vectors(tenant, spec, vector, pool)
+            return self.store.scan_vectors(
+                tenant, spec, vector, pool, model_id=self.embedding.model_id
+            )
         return index.search(vector, pool, spec)
 
     def _scope_vectors(
@@ -687,7 +697,7 @@ class HybridSearcher:
             found = index.search_within(vector, pool, set(rowids)) if index else None
             if found is not None:
                 return found
-        return self.store.scan_vectors(tenant, spec, vector, pool)
+        return self.store.scan_vectors(tenant, spec, vector, pool, model_id=self.embedding.model_id)
 
     def _sidecar(self, tenant: str) -> AnnIndex | None:
         """The HNSW sidecar of an embedded store's tenant (a store without a native vector
@@ -699,6 +709,7 @@ class HybridSearcher:
                     cast("SQLiteStore", self.store),
                     tenant,
                     self.embedding.dimension,
+                    model_id=self.embedding.model_id,
                     min_rows=self.ann_min_rows,
                 )
                 self._ann[tenant] = index

@@ -61,6 +61,7 @@ class AnnIndex:
         tenant: str,
         dimension: int,
         *,
+        model_id: str | None = None,
         min_rows: int = ANN_MIN_ROWS,
         connectivity: int = 16,
         expansion_add: int = 128,
@@ -68,6 +69,9 @@ class AnnIndex:
         page: int = 50_000,
     ) -> None:
         self._store = store
+        #: the model whose vectors the index holds (a store part way through a reindex
+        #: holds two, of one dimension when both models have it); None: any
+        self._model_id = model_id
         self._tenant = tenant
         self._dimension = dimension
         self._min_rows = min_rows
@@ -108,6 +112,7 @@ class AnnIndex:
             if (
                 saved is not None
                 and meta.get("dimension") == self._dimension
+                and meta.get("model_id") == self._model_id
                 and meta.get("purges", 0) == self._purges
             ):
                 self._index.load(str(saved))
@@ -163,7 +168,7 @@ class AnnIndex:
                 self._remove(removed)
                 self._dirty += len(removed)
                 for rows in self._store.changes_since(
-                    self._tenant, self._watermark, latest, page=self._page
+                    self._tenant, self._watermark, latest, page=self._page, model_id=self._model_id
                 ):
                     self._remove([rowid for rowid, _ in rows])
                     # a store being reindexed also holds vectors of the old dimension
@@ -239,7 +244,7 @@ class AnnIndex:
                     break
                 want *= 4
         # A selective filter: the exact filtered scan is both correct and cheap.
-        return self._store.scan_vectors(self._tenant, spec, query, pool)
+        return self._store.scan_vectors(self._tenant, spec, query, pool, model_id=self._model_id)
 
     def _save_locked(self) -> None:
         if self._index is None:
@@ -267,6 +272,7 @@ class AnnIndex:
                     "file": written.name,
                     "change_seq": self._watermark,
                     "dimension": self._dimension,
+                    "model_id": self._model_id,
                     "purges": self._purges,
                 }
             ),

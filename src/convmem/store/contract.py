@@ -132,9 +132,17 @@ class Backend(ABC):
 
     @abstractmethod
     def scan_vectors(
-        self, tenant: str, spec: FilterSpec, query: np.ndarray, limit: int
+        self,
+        tenant: str,
+        spec: FilterSpec,
+        query: np.ndarray,
+        limit: int,
+        *,
+        model_id: str | None = None,
     ) -> list[tuple[int, float]]:
-        """The nearest live chunks the filter admits: ``(rowid, cosine)``, best first."""
+        """The nearest live chunks the filter admits: ``(rowid, cosine)``, best first; with
+        ``model_id``, only chunks that model embedded (a store part way through a reindex
+        holds two models' vectors, of one dimension when both models have it)."""
 
     # -- lexical index -----------------------------------------------------------------
 

@@ -459,7 +459,14 @@ class PostgresStore(PostgresLexical, SQLStore):
         return np.asarray(values, dtype=np.float32).tobytes()
 
     def scan_vectors(
-        self, tenant: str, spec: FilterSpec, query: np.ndarray, limit: int, *, exact: bool = False
+        self,
+        tenant: str,
+        spec: FilterSpec,
+        query: np.ndarray,
+        limit: int,
+        *,
+        model_id: str | None = None,
+        exact: bool = False,
     ) -> list[tuple[int, float]]:
         """Nearest live chunks by cosine through the HNSW index (``exact``: a full scan).
 
@@ -467,6 +474,8 @@ class PostgresStore(PostgresLexical, SQLStore):
         pass the filter, so a selective filter does not starve the result.
         """
         where, params = self._live_clause(spec)
+        if model_id is not None:  # a store part way through a reindex holds two models
+            where, params = f"{where} AND c.model_id = ?", [*params, model_id]
         vector = np.asarray(query, dtype=np.float32)
         # The index holds only vectors of its dimension (the predicate below), so a
         # re-embedding with another model can rewrite rows while the old index exists.

@@ -150,9 +150,11 @@ class ChunkReads(Backend):
         return [(row[0], row[1], json.loads(row[2])) for row in rows]
 
     def changes_since(
-        self, tenant: str, after: int, upto: int, *, page: int = 50_000
+        self, tenant: str, after: int, upto: int, *, page: int = 50_000, model_id: str | None = None
     ) -> Iterator[list[tuple[int, bytes | None]]]:
-        """Pages of ``(rowid, vector or None if deleted)`` changed in ``(after, upto]``.
+        """Pages of ``(rowid, vector or None if deleted)`` changed in ``(after, upto]``;
+        with ``model_id``, a vector another model made is None too (a store part way
+        through a reindex holds both).
 
         Keyset-paginated on ``(change_seq, rowid)``, so a rebuild never holds more than one
         page of vectors in memory.
@@ -161,14 +163,17 @@ class ChunkReads(Backend):
         cursor = (after, 0)
         while True:
             rows = conn.execute(
-                "SELECT rowid, vector, deleted, change_seq FROM chunks WHERE tenant=? AND "
-                "(change_seq, rowid) > (?, ?) AND change_seq <= ? ORDER BY change_seq, rowid "
-                "LIMIT ?",
+                "SELECT rowid, vector, deleted, change_seq, model_id FROM chunks WHERE tenant=? "
+                "AND (change_seq, rowid) > (?, ?) AND change_seq <= ? ORDER BY change_seq, "
+                "rowid LIMIT ?",
                 (tenant, cursor[0], cursor[1], upto, page),
             ).fetchall()
             if not rows:
                 return
-            yield [(row[0], None if row[2] else row[1]) for row in rows]
+            yield [
+                (row[0], None if row[2] or model_id not in (None, row[4]) else row[1])
+                for row in rows
+            ]
             cursor = (rows[-1][3], rows[-1][0])
 
     def removed_since(self, tenant: str, after: int, upto: int) -> list[int]:
@@ -203,18 +208,21 @@ class ChunkReads(Backend):
 
     def replace_vectors(
         self,
-        rows: Sequence[tuple[str, int, np.ndarray, np.ndarray | None, str | None]],
+        rows: Sequence[tuple[str, int, str, np.ndarray, np.ndarray | None, str | None]],
         model_id: str,
     ) -> None:
         """New vectors (and turn vectors, None for none) and stored line tokens
-        (convmem.ingest.line_tokens) for live chunks, by ``(tenant, rowid)``, of the
-        store's model (:meth:`set_embedding_model` first)."""
+        (convmem.ingest.line_tokens) for live chunks, by ``(tenant, rowid, text)``, of the
+        store's model (:meth:`set_embedding_model` first). A row whose chunk was deleted, or
+        now holds other text, since it was read is left alone: a chunk rewritten while a
+        reindex embedded its old text kept the old text's vector, and a purged chunk's
+        rowid taken by a new chunk got the purged text's vector and line tokens."""
         with self._write() as conn:
             self._check_model(conn, model_id)
             change = self._next_change(conn)
             conn.executemany(
                 f"UPDATE chunks SET vector={self.VECTOR_PARAM}, turn_vectors=?, turn_tokens=?, "
-                "model_id=?, change_seq=? WHERE tenant=? AND rowid=?",
+                "model_id=?, change_seq=? WHERE tenant=? AND rowid=? AND deleted=0 AND text=?",
                 [
                     (
                         self._vector_param(vector),
@@ -224,8 +232,9 @@ class ChunkReads(Backend):
                         change,
                         tenant,
                         rowid,
+                        text,
                     )
-                    for tenant, rowid, vector, lines, tokens in rows
+                    for tenant, rowid, text, vector, lines, tokens in rows
                 ],
             )
 

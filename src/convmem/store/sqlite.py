@@ -219,11 +219,19 @@ class SQLiteStore(SQLStore):
     # -- search ------------------------------------------------------------------------
 
     def scan_vectors(
-        self, tenant: str, spec: FilterSpec, query: np.ndarray, limit: int
+        self,
+        tenant: str,
+        spec: FilterSpec,
+        query: np.ndarray,
+        limit: int,
+        *,
+        model_id: str | None = None,
     ) -> list[tuple[int, float]]:
         """Exact cosine over every live chunk the filter admits (filter first, then score),
-        of the query's dimension (a store being reindexed holds two)."""
+        of the query's dimension and ``model_id``'s (a store being reindexed holds two)."""
         where, params = self._live_clause(spec)
+        if model_id is not None:
+            where, params = f"{where} AND c.model_id = ?", [*params, model_id]
         conn = self._db()
         rowids: list[int] = []
         blobs: list[bytes] = []
