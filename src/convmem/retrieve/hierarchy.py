@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from convmem.errors import InvalidInputError
 from convmem.governance import Note, TurnMark
-from convmem.ids import check_flag
+from convmem.ids import MAX_LIMIT, check_flag
 from convmem.models import Hit, check_query_text
 from convmem.retrieve.calibration import DEFAULT_MIN_SCORE
 from convmem.retrieve.fusion import evidence_key, interleave
@@ -51,7 +51,10 @@ TIER_WEIGHTS: dict[str, dict[str, float]] = {
     "persona_search": {"LTM": 1.5, "MTM": 0.8},
 }
 TIER_ORDER = {"STM": 0, "MTM": 1, "LTM": 2}
-NOTES_READ = 5000
+#: How many notes the LTM tier reads: every live note of the scope (the most one listing
+#: returns). A cap of 5,000 read them in conversation-id order, so past it the notes of a
+#: conversation whose id sorts late (or a long conversation's newest) were never found.
+NOTES_READ = MAX_LIMIT
 
 
 class VisibleTurn(Protocol):
