@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
 
 from convmem.governance import Note
 from convmem.models import Hit
@@ -102,3 +105,44 @@ def test_the_ltm_tier_reads_every_note_of_a_large_tenant() -> None:
     for strategy in ("persona_search", "semantic_search"):
         hits = service.retrieve("我对什么过敏？", hints={"strategies": [strategy]}).hits
         assert hits and hits[0].chunk_id == "allergy", strategy
+
+
+def test_small_tenants_searched_tenant_wide_keep_no_hnsw_index(tmp_path: Path) -> None:
+    """Every tenant ever searched tenant-wide kept an index of its vectors in memory for
+    the life of the process (about 60 KB each, native) and wrote files at close, though a
+    tenant under ``ann_min_rows`` is scanned exactly."""
+    from convmem import HashingEmbedder, Memory
+
+    path = tmp_path / "m.db"
+    with Memory.open(str(path), embedder=HashingEmbedder(), workers=0) as memory:
+        for number in range(5):
+            tenant = memory.for_tenant(f"t{number}")
+            tenant.add_turns(
+                "c", [{"turn_id": 0, "role": "user", "text": f"第{number}个租户的周末计划"}]
+            )
+            tenant.flush()
+            assert tenant.search("周末计划", min_score=0)  # tenant-wide: no conversation filter
+        assert memory.searcher._ann == {}
+    assert not list(tmp_path.glob("m.db.*usearch*"))
+
+
+def test_the_hashing_embedder_keeps_no_long_token_in_its_cache() -> None:
+    from convmem import HashingEmbedder
+
+    embedder = HashingEmbedder()
+    blob = "QmFzZTY0" * 2500  # a pasted key or base64 blob: one 20,000-character token
+    first = embedder.embed([f"key {blob}"])
+    assert max(len(token) for token in embedder._slots) <= 64 and "key" in embedder._slots
+    assert (embedder.embed([f"key {blob}"]) == first).all()  # computed again, the same
+
+
+def test_batch_sizes_past_what_a_store_takes_are_refused_naming_the_field(tmp_path: Path) -> None:
+    from convmem import HashingEmbedder, InvalidInputError, Memory
+
+    with pytest.raises(InvalidInputError) as caught:
+        Memory.open(str(tmp_path / "a.db"), embedder=HashingEmbedder(), job_batch=2**63)
+    assert caught.value.field == "job_batch"
+    with Memory.open(str(tmp_path / "b.db"), embedder=HashingEmbedder(), workers=0) as memory:
+        with pytest.raises(InvalidInputError) as caught:
+            memory.reindex(batch_size=2**63)
+        assert caught.value.field == "batch_size"

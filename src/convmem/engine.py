@@ -17,7 +17,7 @@ from convmem.embed import Embedder, EmbeddingService, resolve_embedder
 from convmem.embed.service import chosen_embedder
 from convmem.errors import EmbeddingMismatchError, InvalidInputError, StoreError
 from convmem.governance import GovernancePolicy, Marker, RuleMarker, load_policy
-from convmem.ids import check_flag, check_seconds, check_whole
+from convmem.ids import MAX_LIMIT, check_flag, check_seconds, check_whole
 from convmem.ingest import ChunkingPolicy
 from convmem.metrics import Counter
 from convmem.retrieve import HybridSearcher
@@ -129,7 +129,7 @@ def check_options(
         )
     check_whole(max_attempts, "max_attempts", 1)
     check_seconds(lease_seconds, "lease_seconds")
-    check_whole(job_batch, "job_batch", 1)
+    check_whole(job_batch, "job_batch", 1, most=MAX_LIMIT)
     check_flag(allow_model_change, "allow_model_change")
     _path("model_cache_dir", model_cache_dir)
     check_whole(ann_min_rows, "ann_min_rows")

@@ -24,6 +24,7 @@ from convmem.errors import EmbeddingMismatchError, FlushTimeoutError, InvalidInp
 from convmem.facade import GovernanceMethods, OperationsMethods, StoryMethods
 from convmem.governance import GovernancePolicy, Marker, Note, TurnMark
 from convmem.ids import (
+    MAX_LIMIT,
     DeleteResult,
     UpsertResult,
     check_chunk_id,
@@ -671,7 +672,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         vectors of its own dimension, so a search during the reindex finds the chunks
         re-embedded so far (and every chunk lexically). Run it again if it stops part way.
         """
-        check_whole(batch_size, "batch_size", 1)
+        check_whole(batch_size, "batch_size", 1, most=MAX_LIMIT)
         engine = self._engine
         engine.store.set_embedding_model(engine.embedding.model_id, engine.embedding.dimension)
         count = 0

@@ -81,7 +81,9 @@ class HashingEmbedder:
                 digest = zlib.crc32(feature.encode("utf-8"))
                 packed += _SLOT.pack((digest % self._dimension) * 2 + ((digest >> 31) & 1), weight)
             slots = bytes(packed)
-            if len(self._slots) < 500_000:
+            # words recur; a long token (a pasted key, a base64 blob) hardly does, and
+            # 500,000 of them had held gigabytes
+            if len(self._slots) < 500_000 and len(token) <= 64:
                 self._slots[token] = slots
         return slots
 

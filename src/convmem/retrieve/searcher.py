@@ -701,12 +701,17 @@ class HybridSearcher:
 
     def _sidecar(self, tenant: str) -> AnnIndex | None:
         """The HNSW sidecar of an embedded store's tenant (a store without a native vector
-        index is the SQLite file), or None while the tenant is small."""
+        index is the SQLite file), or None while the tenant is small. A small tenant gets no
+        index (its rows are scanned exactly): one per tenant ever searched had kept its
+        vectors in memory for the life of the process, and written files at close."""
         with self._ann_lock:
             index = self._ann.get(tenant)
             if index is None:
+                store = cast("SQLiteStore", self.store)
+                if not store.holds_live_chunks(tenant, self.ann_min_rows):
+                    return None
                 index = AnnIndex(
-                    cast("SQLiteStore", self.store),
+                    store,
                     tenant,
                     self.embedding.dimension,
                     model_id=self.embedding.model_id,

@@ -264,6 +264,18 @@ class ChunkReads(Backend):
             for row in rows
         }
 
+    def holds_live_chunks(self, tenant: str, count: int) -> bool:
+        """Whether ``tenant`` has at least ``count`` live chunks (reads at most that many)."""
+        row = (
+            self._db()
+            .execute(
+                "SELECT count(*) FROM (SELECT 1 FROM chunks WHERE tenant=? AND deleted=0 LIMIT ?)",
+                (tenant, count),
+            )
+            .fetchone()
+        )
+        return int(row[0]) >= count
+
     def stats(self, tenant: str) -> dict[str, Any]:
         conn = self._db()
         chunks = dict(
