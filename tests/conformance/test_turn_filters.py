@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from convmem import FilterError, HashingEmbedder, Memory
+from convmem.governance import KeepAllMarker
 from convmem.models import ChunkMetadata
 from convmem.store import matches
 from convmem.store.filters import HOLDS_TURN, Condition, FilterSpec
@@ -129,3 +130,67 @@ def test_a_query_without_a_word_or_number_finds_nothing(tmp_path: Path) -> None:
         with pytest.raises(FilterError):
             memory.search("？？", filters={"nope": 1})
         assert memory.search("护照？", min_score=0)
+
+
+def test_filter_lists_of_the_documented_thousand_values_work_on_every_backend(
+    backend_url: str,
+) -> None:
+    """SQLite refused a list of about 990 values or more ("Expression tree is too large"):
+    each value was a test of its own, joined by OR / AND, one level deeper each."""
+    names = [f"人{number}" for number in range(998)] + ["小王", "小李"]
+    with Memory.open(
+        backend_url, embedder=HashingEmbedder(), workers=0, marker=KeepAllMarker()
+    ) as memory:
+        memory.add_turns(
+            "c",
+            [
+                {"turn_id": 0, "role": "user", "name": "小王", "text": "周末一起去吃火锅吧"},
+                {"turn_id": 1, "role": "user", "name": "小李", "text": "好啊，我订位子"},
+            ],
+        )
+        memory.upsert_chunks(
+            [
+                {
+                    "chunk_id": "doc_1",
+                    "text": "火锅店的地址在三里屯。",
+                    "metadata": {
+                        "conversation_id": "docs",
+                        "turn_range": [0, 0],
+                        "tags": ["美食", "地址"],
+                    },
+                }
+            ]
+        )
+        memory.flush()
+        tags = [f"标签{number}" for number in range(999)] + ["美食"]
+        for granularity in ("turn", "chunk"):
+            every = memory.search("火锅", min_score=0, granularity=granularity)
+            kinds = sorted({hit.metadata["category"] for hit in every} - {None})
+            categories = [f"kind{number}" for number in range(1000 - len(kinds))] + kinds
+            found = memory.search(
+                "火锅",
+                min_score=0,
+                granularity=granularity,
+                filters={"participants": {"$contains_any": names}},
+            )
+            assert found and {hit.metadata["conversation_id"] for hit in found} == {"c"}
+            assert not memory.search(
+                "火锅",
+                min_score=0,
+                granularity=granularity,
+                filters={"participants": {"$contains_all": names}},
+            )
+            assert len(categories) == 1000
+            kept = memory.search(
+                "火锅",
+                min_score=0,
+                granularity=granularity,
+                filters={"category": {"$in": categories}},
+            )
+            assert kept and [hit.chunk_id for hit in kept] == [
+                hit.chunk_id for hit in every if hit.metadata["category"] in kinds
+            ]
+        listed = memory.chunks(filters={"tags": {"$contains_any": tags}})
+        assert [chunk.chunk_id for chunk in listed] == ["doc_1"]
+        assert memory.chunks(filters={"tags": {"$contains_all": ["美食", "地址", "美食"]}})
+        assert not memory.chunks(filters={"tags": {"$contains_all": tags}})

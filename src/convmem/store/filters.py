@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -376,13 +376,18 @@ def _contains(field: str, op: str, value: Any, dialect: str) -> tuple[str, list[
             f"(jsonb_typeof({member}) = 'array' AND {test}({member}, CAST(? AS text[])))",
             [list(value)],
         )
+    # one IN list, not a test per value joined by OR / AND: SQLite nests each join one
+    # level deeper, and past about 990 values it refused the statement as too deep
+    wanted = list(dict.fromkeys(value))
     source = ARRAY_FIELDS.get(field) or f"c.metadata, '$.{field}'"
-    member = f"EXISTS (SELECT 1 FROM json_each({source}) j WHERE j.type = 'text' AND j.value = ?)"
-    joiner = " OR " if op == "$contains_any" else " AND "
-    clause = "(" + joiner.join([member] * len(value)) + ")"
+    found = f"FROM json_each({source}) j WHERE j.type = 'text' AND j.value IN ({_marks(wanted)})"
+    if op == "$contains_any":
+        clause = f"EXISTS (SELECT 1 {found})"
+    else:
+        clause = f"(SELECT count(DISTINCT j.value) {found}) = {len(wanted)}"
     if field not in ARRAY_FIELDS:
         clause = f"(json_type(c.metadata, '$.{field}') = 'array' AND {clause})"
-    return clause, list(value)
+    return clause, wanted
 
 
 def _holds_turn(field: str, op: str, value: Any, dialect: str) -> tuple[str, list[Any]]:
@@ -427,10 +432,18 @@ def _says_any(values: tuple[str, ...], dialect: str) -> tuple[str, list[str]]:
     or control characters so. A cheap test before the JSON is parsed (parsing every
     chunk's metadata made a tenant-wide filtered search half again as slow); a value that
     would be escaped skips it."""
-    if any(_escaped(value) for value in values):
-        return "1=1", []
+    if len(values) > SAID_TESTS or any(_escaped(value) for value in values):
+        return "1=1", []  # a long list: the JSON is read, as without the test
     test = "strpos(c.metadata, ?) > 0" if dialect == "postgres" else "instr(c.metadata, ?) > 0"
     return "(" + " OR ".join([test] * len(values)) + ")", [f'"{value}"' for value in values]
+
+
+#: The most values :func:`_says_any` tests one by one (each an ``instr`` joined by OR).
+SAID_TESTS = 64
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" * len(values))
 
 
 def _escaped(value: str) -> bool:
