@@ -25,7 +25,7 @@ from convmem.store import SQLStore, open_store
 from convmem.text import load_user_dict
 from convmem.worker import Indexer, RetryPolicy, WorkerPool
 
-__all__ = ["Engine", "open_engine"]
+__all__ = ["Engine", "check_chunking", "open_engine"]
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +153,11 @@ def check_options(
             field="user_dict",
         )
     _needs("clock", clock, ("now",), "a Clock (an object with now())")
+    check_chunking(chunking)
+
+
+def check_chunking(chunking: Any) -> None:
+    """A ``chunking`` option: a ChunkingPolicy or None."""
     if chunking is not None and not isinstance(chunking, ChunkingPolicy):
         raise InvalidInputError(
             "chunking must be a ChunkingPolicy (e.g. ChunkingPolicy(max_turns=6)) or None, "

@@ -19,7 +19,7 @@ from typing import Any
 
 from convmem.clock import Clock
 from convmem.embed import Embedder, EmbeddingService
-from convmem.engine import check_options, open_engine
+from convmem.engine import check_chunking, check_options, open_engine
 from convmem.errors import EmbeddingMismatchError, FlushTimeoutError, InvalidInputError, StoreError
 from convmem.facade import GovernanceMethods, OperationsMethods, StoryMethods
 from convmem.governance import GovernancePolicy, Marker, Note, TurnMark
@@ -632,12 +632,7 @@ class Memory(GovernanceMethods, OperationsMethods, StoryMethods):
         """
         if conversation_id is not None:
             conversation_id = check_conversation_id(conversation_id)
-        if chunking is not None and not isinstance(chunking, ChunkingPolicy):
-            raise InvalidInputError(
-                "chunking must be a ChunkingPolicy (e.g. ChunkingPolicy(max_turns=6)) or None, "
-                f"got {type(chunking).__name__}",
-                field="chunking",
-            )
+        check_chunking(chunking)
         own = self._engine.indexer.chunking
         if chunking is not None and own is not None and chunking != own:
             raise InvalidInputError(

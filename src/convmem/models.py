@@ -16,7 +16,6 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from itertools import pairwise
 from typing import Any, Literal
 
 from pydantic import (
@@ -305,7 +304,7 @@ def parse_turns(turns: list[Any], *, max_text_chars: int) -> list[Turn]:
         )
     if not turns:
         raise InvalidInputError("turns is empty; send at least one turn", field="turns")
-    parsed: list[tuple[int, Turn]] = []  # each valid turn with its place in ``turns``
+    parsed: list[Turn] = []
     errors: list[dict[str, Any]] = []
     for index, raw in enumerate(turns):
         try:
@@ -325,10 +324,9 @@ def parse_turns(turns: list[Any], *, max_text_chars: int) -> list[Turn]:
                     f"of {max_text_chars}; split the turn or raise max_text_chars",
                 }
             )
-        parsed.append((index, turn))
-    # the order of the turns that are valid: a caller mends every problem in one round
-    for (_, before), (index, turn) in pairwise(parsed):
-        if turn.seq <= before.seq:
+        # against the valid turn before it: a caller mends every problem in one round
+        if parsed and turn.seq <= parsed[-1].seq:
+            before = parsed[-1]
             errors.append(
                 {
                     "field": f"turns[{index}].turn_id",
@@ -337,14 +335,14 @@ def parse_turns(turns: list[Any], *, max_text_chars: int) -> list[Turn]:
                     f"{before.turn_id!r} (sequence {before.seq})",
                 }
             )
-    errors.sort(key=lambda error: int(error["field"][6:].split("]")[0]))
+        parsed.append(turn)
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise InvalidInputError(
             f"{first['field']}: {first['message']}{more}", field=first["field"], errors=errors
         )
-    return [turn for _, turn in parsed]
+    return parsed
 
 
 def _aware_time(value: str, name: str) -> str:

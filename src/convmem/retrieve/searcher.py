@@ -673,17 +673,20 @@ class HybridSearcher:
         self, tenant: str, spec: FilterSpec, vector: np.ndarray, pool: int
     ) -> list[tuple[int, float]]:
         if self.store.native_vector_index:
-            return self.store.scan_vectors(
-                tenant, spec, vector, pool, model_id=self.embedding.model_id
-            )
+            return self._scan(tenant, spec, vector, pool)
         if spec.conversation_id is not None:
             return self._scope_vectors(tenant, spec, vector, pool)
         index = self._sidecar(tenant)
         if index is None:
-            return self.store.scan_vectors(
-                tenant, spec, vector, pool, model_id=self.embedding.model_id
-            )
+            return self._scan(tenant, spec, vector, pool)
         return index.search(vector, pool, spec)
+
+    def _scan(
+        self, tenant: str, spec: FilterSpec, vector: np.ndarray, pool: int
+    ) -> list[tuple[int, float]]:
+        """The store's nearest rows of this searcher's model (a store part way through a
+        reindex holds two models' vectors)."""
+        return self.store.scan_vectors(tenant, spec, vector, pool, model_id=self.embedding.model_id)
 
     def _scope_vectors(
         self, tenant: str, spec: FilterSpec, vector: np.ndarray, pool: int
@@ -697,7 +700,7 @@ class HybridSearcher:
             found = index.search_within(vector, pool, set(rowids)) if index else None
             if found is not None:
                 return found
-        return self.store.scan_vectors(tenant, spec, vector, pool, model_id=self.embedding.model_id)
+        return self._scan(tenant, spec, vector, pool)
 
     def _sidecar(self, tenant: str) -> AnnIndex | None:
         """The HNSW sidecar of an embedded store's tenant (a store without a native vector

@@ -12,7 +12,6 @@ usearch keeps a removed key's vector, in memory and in the saved file.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import logging
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from convmem.store.filters import FilterSpec
+from convmem.store.sqlite import sidecar_files
 
 if TYPE_CHECKING:
     from convmem.store.sqlite import SQLiteStore
@@ -78,6 +78,7 @@ class AnnIndex:
         self._page = page
         self._params = (connectivity, expansion_add, expansion_search)
         digest = hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:16]
+        self._digest = digest
         self._prefix = f"{Path(store.path).name}.{digest}"
         self.path = Path(f"{store.path}.{digest}.usearch")
         self._sidecar = Path(f"{self.path}.json")
@@ -141,7 +142,7 @@ class AnnIndex:
 
     def _files(self) -> list[Path]:
         """Every file of this index: saved indexes, the record, records being written."""
-        return list(self.path.parent.glob(glob.escape(self._prefix) + ".*usearch*"))
+        return sidecar_files(Path(self._store.path), self._digest)
 
     def reset(self) -> None:
         """Forget the index (after a reindex); it is rebuilt from the store on next use."""

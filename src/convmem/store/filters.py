@@ -307,7 +307,7 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
         field, op, value = cond.field, cond.op, cond.value
         if op == HOLDS:
             clause, values = _contains("turn_categories", "$contains_any", value, dialect)
-            marks = ",".join("?" * len(value))
+            marks = _marks(value)
             said, quoted = _says_any(value, dialect)
             column = STRING_FIELDS[field]
             clauses.append(f"({column} IN ({marks}) OR ({said} AND {clause}))")
@@ -326,7 +326,7 @@ def to_sql(spec: FilterSpec, *, dialect: str = "sqlite") -> tuple[str, list[Any]
                 clauses.append(f"({column} IS NULL OR {column} <> ?)")
                 params.append(value)
             else:
-                clauses.append(f"{column} IN ({','.join('?' * len(value))})")
+                clauses.append(f"{column} IN ({_marks(value)})")
                 params.extend(value)
         elif field in ARRAY_FIELDS or field in METADATA_LISTS:
             clause, values = _contains(field, op, value, dialect)

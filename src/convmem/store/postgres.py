@@ -328,16 +328,8 @@ class PostgresStore(PostgresLexical, SQLStore):
         # space free: the bytes stay in the table's and its indexes' files until they are
         # overwritten. VACUUM FULL writes each table anew (under its exclusive lock).
         with self._connection() as conn:
-            present = {
-                row[0]
-                for row in conn.execute(
-                    "SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') "
-                    "AND relnamespace = current_schema()::regnamespace"
-                )
-            }
             for table in self.TEXT_TABLES:
-                if table in present:
-                    conn.execute(f"VACUUM FULL {table}")
+                conn.execute(f"VACUUM FULL {table}")
 
     # -- meta and jobs -----------------------------------------------------------------
 

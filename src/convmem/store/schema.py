@@ -208,7 +208,7 @@ def _forward_spans(conn: Connection) -> int:
             changed = backwards
             span = metadata.get("timestamp_range")
             if isinstance(span, list) and len(span) == 2:
-                if not all(_zoned(time) for time in span):
+                if not all(_zoned(moment) for moment in span):
                     if start is not None and end is not None:
                         metadata["timestamp_range"] = [_utc(start), _utc(end)]
                         changed = True

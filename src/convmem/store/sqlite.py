@@ -25,7 +25,7 @@ from convmem.store.dbapi import Connection
 from convmem.store.filters import FilterSpec
 from convmem.store.lexical import Scope
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteStore", "sidecar_files"]
 
 # Page cache per connection (one connection per thread): 8 MiB keeps a busy server's memory
 # bounded (64 MiB each grew RSS by hundreds of MB under a dozen clients).
@@ -46,10 +46,18 @@ LEXICAL_MIGRATIONS = {
 }
 
 
+def sidecar_files(store_path: Path, digest: str = "*") -> list[Path]:
+    """The HNSW files beside a SQLite store: of one tenant's index (its ``digest``) or of
+    every tenant's: saved indexes, their records, records being written."""
+    return list(store_path.parent.glob(f"{glob.escape(store_path.name)}.{digest}.*usearch*"))
+
+
 class SQLiteStore(SQLStore):
     """The embedded store. Thread-safe: each thread gets its own connection."""
 
     NOT_INDEXED = "NOT INDEXED"
+    #: How long a connection waits for another's write lock (milliseconds).
+    BUSY_TIMEOUT_MS = 30000
     #: How long a purge waits for readers of other connections to leave the write-ahead
     #: log before it gives up emptying it (milliseconds).
     CHECKPOINT_WAIT_MS = 5000
@@ -88,7 +96,7 @@ class SQLiteStore(SQLStore):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._durability.upper()}")
             conn.execute("PRAGMA secure_delete=ON")
-            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute(f"PRAGMA busy_timeout={self.BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA temp_store=MEMORY")
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             self._local.conn = conn
@@ -168,7 +176,7 @@ class SQLiteStore(SQLStore):
                 "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
             )
         # the sidecars hold the purged rows' vectors: they are rebuilt from the store
-        for sidecar in self.path.parent.glob(f"{glob.escape(self.path.name)}.*.usearch*"):
+        for sidecar in sidecar_files(self.path):
             sidecar.unlink(missing_ok=True)
         conn = self._db()
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
@@ -184,7 +192,7 @@ class SQLiteStore(SQLStore):
         try:
             busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
         finally:
-            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute(f"PRAGMA busy_timeout={self.BUSY_TIMEOUT_MS}")
         if busy:
             raise StoreError(
                 f"Purged the rows of {self.url}, but {self.path.name}-wal still holds their "
